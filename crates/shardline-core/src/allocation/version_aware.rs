@@ -1,0 +1,69 @@
+//! `VersionAware`: Shardcake's assignment algorithm, for rolling updates.
+//!
+//! 1. `average = num_shards / hosts` (a real number).
+//! 2. Every host above the average offers `floor(count − average)` of its shards (its highest
+//!    shard numbers: the seed picks them at random, we pick deterministically). When hosts run
+//!    different versions no host offers anything: a rolling update is under way.
+//! 3. Shards to place = unallocated shards, then the offered ones from the hosts with the most
+//!    shards, then those on the oldest hosts.
+//! 4. Each goes to the host with the fewest shards among those running the newest version,
+//!    unless that is its current host, or that host has only one shard fewer (or more) than the
+//!    current host: a move that gains one shard is not worth it.
+
+use std::cmp::Reverse;
+
+use super::{AllocationStrategy, Loads, Move, Plan};
+use crate::membership::Member;
+use crate::shard_map::ShardMap;
+
+/// Balances shards, placing them on newest-version hosts only and not rebalancing while versions
+/// are mixed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VersionAware;
+
+impl AllocationStrategy for VersionAware {
+    fn name(&self) -> &'static str {
+        "version-aware"
+    }
+
+    fn plan(&self, hosts: &[Member], map: &ShardMap) -> Plan {
+        let Some(newest) = hosts.iter().map(|m| &m.app_version).max() else {
+            return Plan::default();
+        };
+        let loads = Loads::new(hosts, map);
+        let n = hosts.len();
+        let mixed = hosts.iter().any(|m| &m.app_version != newest);
+        let average = f64::from(map.num_shards()) / n as f64;
+        let mut counts: Vec<usize> = (0..n).map(|i| loads.count(i)).collect();
+
+        // (shard, current host) in the order of step 3.
+        let mut todo: Vec<(crate::id::ShardId, Option<usize>)> = loads.orphans.iter().map(|&s| (s, None)).collect();
+        if !mixed {
+            let mut extra = Vec::new();
+            for (i, shards) in loads.shards.iter().enumerate() {
+                let excess = (counts[i] as f64 - average).floor().max(0.0) as usize;
+                extra.extend(shards.iter().rev().take(excess).map(|&s| (s, Some(i))));
+            }
+            extra.sort_by_key(|&(s, h)| {
+                let h = h.unwrap_or(0);
+                (Reverse(counts[h]), hosts[h].up_number, s)
+            });
+            todo.extend(extra);
+        }
+
+        let eligible: Vec<usize> = (0..n).filter(|&i| &hosts[i].app_version == newest).collect();
+        let mut moves = Vec::new();
+        for (shard, current) in todo {
+            let Some(&least) = eligible.iter().min_by_key(|&&i| (counts[i], i)) else { break };
+            if let Some(c) = current {
+                if c == least || counts[least] + 1 >= counts[c] {
+                    continue;
+                }
+                counts[c] -= 1;
+            }
+            counts[least] += 1;
+            moves.push(Move { shard, from: map.owner(shard).cloned(), to: loads.hosts[least].clone() });
+        }
+        Plan { moves, rejected: Vec::new() }
+    }
+}

@@ -1,0 +1,51 @@
+//! Turning a strategy's plan into allocations and hand-offs.
+
+use super::engine::CoordinatorEngine;
+use crate::events::{DomainEvent, RebalanceReason};
+use crate::membership::Member;
+
+impl CoordinatorEngine {
+    /// The members that may host: right status and role, and registered with this coordinator.
+    pub fn hosts(&self) -> Vec<Member> {
+        self.view.hosts(self.config.role.as_deref()).into_iter().filter(|m| self.regions.contains(&m.node)).collect()
+    }
+
+    /// Asks the strategy for a plan and carries it out: shards without a live owner are
+    /// allocated at once; others start a hand-off, one round at a time.
+    pub(super) fn plan_and_apply(&mut self, now: u64) {
+        self.rebalance_at = Some(now + self.config.rebalance_interval_ms);
+        let reason = std::mem::replace(&mut self.rebalance_reason, RebalanceReason::Periodic);
+        if self.stopped || self.recovery.is_some() {
+            return;
+        }
+        let hosts = self.hosts();
+        if hosts.is_empty() {
+            return;
+        }
+        let plan = self.strategy.plan(&hosts, &self.map);
+        let round_free = self.hand_offs.is_empty();
+        let mut started = 0;
+        for mv in plan.moves {
+            if self.hand_offs.contains_key(&mv.shard) {
+                continue;
+            }
+            match mv.from {
+                Some(from) if !self.view.is_fenced(&from) => {
+                    if round_free {
+                        self.start_hand_off(now, mv.shard, from, mv.to);
+                        started += 1;
+                    }
+                }
+                _ => {
+                    if let Some(home) = self.assign(mv.shard, mv.to) {
+                        self.emit(DomainEvent::ShardAssigned { shard: mv.shard, home });
+                    }
+                }
+            }
+        }
+        if started > 0 {
+            self.round = Some(0);
+            self.emit(DomainEvent::RebalancingTriggered { term: self.term, reason, planned: started });
+        }
+    }
+}

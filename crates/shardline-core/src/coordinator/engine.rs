@@ -1,0 +1,430 @@
+//! The coordinator's state and its inputs from membership and regions.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use super::command::CoordinatorCommand;
+use super::hand_off::HandOff;
+use crate::allocation::AllocationStrategy;
+use crate::events::{DomainEvent, RebalanceReason};
+use crate::id::{NodeId, ShardId};
+use crate::membership::{MemberStatus, MembershipView};
+use crate::shard_map::{Epoch, ShardHome, ShardMap, Term};
+
+/// Settings of a coordinator.
+#[derive(Clone, Debug)]
+pub struct CoordinatorConfig {
+    /// Number of shards of the entity type.
+    pub num_shards: u32,
+    /// Only members with this role host the type (None: every member).
+    pub role: Option<String>,
+    /// How long regions may take to acknowledge `BeginHandOff` before the hand-off is abandoned,
+    /// and after which a silent owner is reported (default 10 s).
+    pub hand_off_timeout_ms: u64,
+    /// How often unanswered `BeginHandOff` / `HandOff` messages are re-sent (default 1 s).
+    pub resend_interval_ms: u64,
+    /// How often the strategy is asked for a plan when nothing else triggers it (default 10 s).
+    pub rebalance_interval_ms: u64,
+    /// Breaks the protocol: completes a hand-off without waiting for `ShardStopped`. Exists so
+    /// the simulation can prove it catches such a bug.
+    #[cfg(feature = "fault-injection")]
+    pub fault_skip_wait_for_shard_stopped: bool,
+}
+
+impl CoordinatorConfig {
+    /// Defaults for `num_shards` shards.
+    pub fn new(num_shards: u32) -> Self {
+        CoordinatorConfig {
+            num_shards,
+            role: None,
+            hand_off_timeout_ms: 10_000,
+            resend_interval_ms: 1_000,
+            rebalance_interval_ms: 10_000,
+            #[cfg(feature = "fault-injection")]
+            fault_skip_wait_for_shard_stopped: false,
+        }
+    }
+}
+
+/// The coordinator state machine; see the [module docs](super).
+#[derive(Debug)]
+pub struct CoordinatorEngine {
+    pub(super) config: CoordinatorConfig,
+    pub(super) node: NodeId,
+    pub(super) term: Term,
+    pub(super) strategy: Box<dyn AllocationStrategy>,
+    pub(super) view: MembershipView,
+    pub(super) map: ShardMap,
+    /// Regions registered with this coordinator.
+    pub(super) regions: BTreeSet<NodeId>,
+    /// While recovering: the nodes that reported, and for each shard whether its current owner
+    /// confirmed it.
+    pub(super) recovery: Option<Recovery>,
+    pub(super) hand_offs: BTreeMap<ShardId, HandOff>,
+    /// Hand-offs finished in the current round, when a round is running.
+    pub(super) round: Option<usize>,
+    pub(super) rebalance_at: Option<u64>,
+    pub(super) rebalance_reason: RebalanceReason,
+    pub(super) changed: BTreeSet<ShardId>,
+    pub(super) announce: Vec<(ShardId, ShardHome)>,
+    pub(super) commands: VecDeque<CoordinatorCommand>,
+    pub(super) stopped: bool,
+}
+
+#[derive(Debug)]
+pub(super) struct Recovery {
+    reported: BTreeSet<NodeId>,
+    confirmed: Vec<bool>,
+}
+
+impl CoordinatorEngine {
+    /// Starts a coordinator of `term` on `node` (the leader). It recovers first: it asks every
+    /// member to register and allocates nothing until every live member has reported what it
+    /// hosts. `stored` is the map kept by the provider's store, if any.
+    pub fn new(
+        config: CoordinatorConfig,
+        node: NodeId,
+        term: Term,
+        strategy: Box<dyn AllocationStrategy>,
+        view: MembershipView,
+        stored: Option<ShardMap>,
+        now: u64,
+    ) -> Result<Self, crate::shard_map::MapError> {
+        let mut map = ShardMap::new(config.num_shards)?;
+        if let Some(stored) = stored.filter(|s| s.num_shards() == config.num_shards) {
+            for (shard, slot) in stored.iter() {
+                map.raise_epoch(shard, slot.epoch)?;
+                if let Some(home) = slot.home() {
+                    map.adopt(shard, home)?;
+                }
+            }
+        }
+        let confirmed = vec![false; config.num_shards as usize];
+        let mut engine = CoordinatorEngine {
+            config,
+            node: node.clone(),
+            term,
+            strategy,
+            view: MembershipView::new(),
+            map,
+            regions: BTreeSet::new(),
+            recovery: Some(Recovery { reported: BTreeSet::new(), confirmed }),
+            hand_offs: BTreeMap::new(),
+            round: None,
+            rebalance_at: None,
+            rebalance_reason: RebalanceReason::Membership,
+            changed: BTreeSet::new(),
+            announce: Vec::new(),
+            commands: VecDeque::new(),
+            stopped: false,
+        };
+        engine.emit(DomainEvent::LeaderElected { node, term });
+        engine.handle_membership(now, &view);
+        Ok(engine)
+    }
+
+    /// The term this coordinator was started with.
+    pub fn term(&self) -> Term {
+        self.term
+    }
+
+    /// The node it runs on.
+    pub fn node(&self) -> &NodeId {
+        &self.node
+    }
+
+    /// The shard map as the coordinator knows it.
+    pub fn shard_map(&self) -> &ShardMap {
+        &self.map
+    }
+
+    /// Whether it is still waiting for region reports.
+    pub fn is_recovering(&self) -> bool {
+        self.recovery.is_some()
+    }
+
+    /// Whether leadership was lost (the engine ignores every input from then on).
+    pub fn is_stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// Shards being handed off.
+    pub fn hand_offs_in_progress(&self) -> impl Iterator<Item = ShardId> + '_ {
+        self.hand_offs.keys().copied()
+    }
+
+    /// Registered regions.
+    pub fn regions(&self) -> &BTreeSet<NodeId> {
+        &self.regions
+    }
+
+    /// The membership view it works from.
+    pub fn view(&self) -> &MembershipView {
+        &self.view
+    }
+
+    /// The next command for the driver, in order.
+    pub fn poll_command(&mut self) -> Option<CoordinatorCommand> {
+        self.commands.pop_front()
+    }
+
+    /// All pending commands.
+    pub fn drain_commands(&mut self) -> impl Iterator<Item = CoordinatorCommand> + '_ {
+        self.commands.drain(..)
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must be called next.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        if self.stopped {
+            return None;
+        }
+        let hand_off = self.hand_offs.values().map(|h| h.next_deadline(&self.config)).min();
+        match (self.rebalance_at, hand_off) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The membership view changed (a provider's new view, complete).
+    pub fn handle_membership(&mut self, now: u64, view: &MembershipView) {
+        if self.stopped {
+            return;
+        }
+        let old = std::mem::replace(&mut self.view, view.clone());
+        let mut new_nodes = Vec::new();
+        for m in view.members() {
+            let before = old.get(&m.node).map(|o| o.status);
+            if before.is_none() && !m.status.is_fenced() {
+                new_nodes.push(m.node.clone());
+            }
+            if before == Some(m.status) {
+                continue;
+            }
+            let event = match m.status {
+                MemberStatus::Up => Some(DomainEvent::NodeJoined { node: m.node.clone() }),
+                MemberStatus::Leaving | MemberStatus::Exiting | MemberStatus::Removed
+                    if !matches!(
+                        before,
+                        Some(MemberStatus::Leaving | MemberStatus::Exiting | MemberStatus::Removed)
+                    ) =>
+                {
+                    Some(DomainEvent::NodeLeft { node: m.node.clone() })
+                }
+                MemberStatus::Down => Some(DomainEvent::NodeFailed { node: m.node.clone() }),
+                _ => None,
+            };
+            if let Some(e) = event {
+                self.emit(e);
+            }
+        }
+        if !new_nodes.is_empty() {
+            self.commands.push_back(CoordinatorCommand::RequestRegistration { to: new_nodes });
+        }
+        self.on_fenced(now);
+        self.check_recovery();
+        if old != *view {
+            self.schedule_rebalance(now, RebalanceReason::Membership);
+        }
+        self.after_input(now);
+    }
+
+    /// A node is known to be stopped (downed by the split-brain resolver, lease expired): its
+    /// shards may move without hand-off.
+    pub fn handle_node_fenced(&mut self, now: u64, node: &NodeId) {
+        if self.stopped {
+            return;
+        }
+        if self.view.get(node).is_some() && self.view.set_status(node, MemberStatus::Down).is_ok() {
+            self.emit(DomainEvent::NodeFailed { node: node.clone() });
+        }
+        self.on_fenced(now);
+        self.check_recovery();
+        self.schedule_rebalance(now, RebalanceReason::Membership);
+        self.after_input(now);
+    }
+
+    /// This node lost leadership: the coordinator stops at once and ignores every later input.
+    pub fn handle_leadership_lost(&mut self, _now: u64) {
+        if self.stopped {
+            return;
+        }
+        self.stopped = true;
+        self.hand_offs.clear();
+        self.commands.clear();
+        self.emit(DomainEvent::LeadershipLost { node: self.node.clone(), term: self.term });
+    }
+
+    /// Replaces the allocation strategy (e.g. new external assignments) and plans at once.
+    pub fn replace_strategy(&mut self, now: u64, strategy: Box<dyn AllocationStrategy>) {
+        self.strategy = strategy;
+        self.schedule_rebalance(now, RebalanceReason::Strategy);
+        self.after_input(now);
+    }
+
+    /// A region registered for `term` and reported the shards it hosts.
+    pub fn handle_register(&mut self, now: u64, from: &NodeId, term: Term, hosted: &[(ShardId, Epoch)]) {
+        if self.stopped || term != self.term || self.view.is_fenced(from) {
+            return;
+        }
+        self.regions.insert(from.clone());
+        for &(shard, epoch) in hosted {
+            let Some(slot) = self.map.slot(shard) else { continue };
+            let (owner, known) = (slot.owner.clone(), slot.epoch);
+            if owner.as_ref() == Some(from) && epoch == known {
+                self.confirm(shard);
+            } else if epoch > known || (owner.is_none() && epoch == known) {
+                // The region knows a newer allocation than the map: adopt it; a previous owner
+                // at an older epoch must stop.
+                if let Some(stale) = owner.filter(|o| o != from) {
+                    self.stop_stale(shard, stale, known);
+                }
+                let home = ShardHome { owner: from.clone(), epoch };
+                if self.map.adopt(shard, home).unwrap_or(false) {
+                    self.changed.insert(shard);
+                }
+                self.confirm(shard);
+            } else {
+                self.stop_stale(shard, from.clone(), epoch);
+            }
+        }
+        if let Some(r) = &mut self.recovery {
+            r.reported.insert(from.clone());
+        }
+        self.check_recovery();
+        let homes = self
+            .map
+            .iter()
+            .filter(|(s, _)| !self.hand_offs.contains_key(s))
+            .filter_map(|(s, slot)| slot.home().map(|h| (s, h)))
+            .collect();
+        self.commands.push_back(CoordinatorCommand::SendWelcome { to: from.clone(), homes });
+        self.schedule_rebalance(now, RebalanceReason::Membership);
+        self.after_input(now);
+    }
+
+    /// A region asks where `shard` lives.
+    pub fn handle_get_shard_home(&mut self, now: u64, from: &NodeId, shard: ShardId) {
+        if self.stopped || self.hand_offs.contains_key(&shard) {
+            return;
+        }
+        match self.map.home(shard) {
+            Some(home) => self.commands.push_back(CoordinatorCommand::SendShardHome { to: from.clone(), shard, home }),
+            None if self.map.slot(shard).is_some() => self.schedule_rebalance(now, RebalanceReason::Membership),
+            None => {}
+        }
+        self.after_input(now);
+    }
+
+    fn confirm(&mut self, shard: ShardId) {
+        if let Some(r) = &mut self.recovery {
+            if let Some(c) = r.confirmed.get_mut(shard.index()) {
+                *c = true;
+            }
+        }
+    }
+
+    fn stop_stale(&mut self, shard: ShardId, node: NodeId, epoch: Epoch) {
+        self.emit(DomainEvent::StaleShardStopped { shard, node: node.clone(), epoch });
+        self.commands.push_back(CoordinatorCommand::SendHandOff { to: node, shard, epoch });
+    }
+
+    /// Ends recovery once every live member that may host has reported, and every owner in the
+    /// map has either reported or is fenced. Owners that reported without a shard lose it.
+    fn check_recovery(&mut self) {
+        let Some(r) = &self.recovery else { return };
+        let waiting_member = self.view.members().any(|m| {
+            matches!(m.status, MemberStatus::Up | MemberStatus::Leaving | MemberStatus::Exiting)
+                && !r.reported.contains(&m.node)
+        });
+        // An owner absent from the view is treated as gone: only a provider with a store hands
+        // in a map, and its view is authoritative.
+        let waiting_owner = self.map.iter().any(|(_, slot)| {
+            slot.owner
+                .as_ref()
+                .is_some_and(|o| self.view.get(o).is_some() && !self.view.is_fenced(o) && !r.reported.contains(o))
+        });
+        if waiting_member || waiting_owner {
+            return;
+        }
+        let Some(r) = self.recovery.take() else { return };
+        let unconfirmed: Vec<ShardId> = self
+            .map
+            .iter()
+            .filter(|(s, slot)| slot.owner.is_some() && !r.confirmed[s.index()])
+            .map(|(s, _)| s)
+            .collect();
+        for shard in unconfirmed {
+            if self.map.unassign(shard).unwrap_or(None).is_some() {
+                self.changed.insert(shard);
+            }
+        }
+    }
+
+    /// Forgets fenced regions, releases shards of fenced owners and completes hand-offs whose
+    /// owner is fenced.
+    fn on_fenced(&mut self, now: u64) {
+        let view = &self.view;
+        self.regions.retain(|r| !view.is_fenced(r));
+        let fenced_owners: Vec<ShardId> = self
+            .map
+            .iter()
+            .filter(|(s, slot)| {
+                !self.hand_offs.contains_key(s) && slot.owner.as_ref().is_some_and(|o| view.is_fenced(o))
+            })
+            .map(|(s, _)| s)
+            .collect();
+        for shard in fenced_owners {
+            if self.map.unassign(shard).unwrap_or(None).is_some() {
+                self.changed.insert(shard);
+            }
+        }
+        let shards: Vec<ShardId> = self.hand_offs.keys().copied().collect();
+        for shard in shards {
+            self.on_fenced_hand_off(now, shard);
+        }
+    }
+
+    pub(super) fn emit(&mut self, event: DomainEvent) {
+        self.commands.push_back(CoordinatorCommand::Emit(event));
+    }
+
+    pub(super) fn schedule_rebalance(&mut self, now: u64, reason: RebalanceReason) {
+        if self.rebalance_at.is_none_or(|at| at > now) {
+            self.rebalance_at = Some(now);
+            self.rebalance_reason = reason;
+        }
+    }
+
+    /// Every input ends here: plan if due, then persist and announce what changed.
+    pub(super) fn after_input(&mut self, now: u64) {
+        if self.stopped {
+            return;
+        }
+        if self.rebalance_at.is_some_and(|at| at <= now) {
+            self.plan_and_apply(now);
+        }
+        if !self.changed.is_empty() {
+            let changes = std::mem::take(&mut self.changed)
+                .into_iter()
+                .filter_map(|s| self.map.slot(s).map(|slot| (s, slot.clone())))
+                .collect();
+            self.commands.push_back(CoordinatorCommand::PersistShardMap { version: self.map.version(), changes });
+        }
+        if !self.announce.is_empty() {
+            let homes = std::mem::take(&mut self.announce);
+            self.commands.push_back(CoordinatorCommand::AnnounceShardHomes { to: self.live_regions(), homes });
+        }
+    }
+
+    pub(super) fn live_regions(&self) -> Vec<NodeId> {
+        self.regions.iter().filter(|r| !self.view.is_fenced(r)).cloned().collect()
+    }
+
+    /// Allocates a shard directly (no live owner to hand off from) and queues its announcement.
+    pub(super) fn assign(&mut self, shard: ShardId, to: NodeId) -> Option<ShardHome> {
+        let epoch = self.map.assign(shard, to.clone(), self.term).ok()?;
+        let home = ShardHome { owner: to, epoch };
+        self.changed.insert(shard);
+        self.announce.push((shard, home.clone()));
+        Some(home)
+    }
+}

@@ -1,0 +1,73 @@
+//! What a region asks its driver to do.
+
+use crate::id::{NodeId, ShardId};
+use crate::protocol::{RegionMessage, ToCoordinator};
+use crate::shard_map::Epoch;
+
+/// Why a message was refused. The sender is always told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, thiserror::Error)]
+pub enum RejectReason {
+    /// The region's buffers are full.
+    #[error("overloaded: the region's buffers are full")]
+    Overloaded,
+    /// This node was fenced, or the message cannot be routed at all.
+    #[error("unavailable: this node cannot route the message")]
+    Unavailable,
+}
+
+/// An effect for the driver to carry out, in the order polled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RegionCommand<M> {
+    /// Hand the message to the local entity (starting it if needed) of a shard hosted here at
+    /// `epoch`.
+    Deliver {
+        /// The shard.
+        shard: ShardId,
+        /// The epoch it is hosted at.
+        epoch: Epoch,
+        /// The message.
+        msg: M,
+    },
+    /// Send to another region.
+    SendToRegion {
+        /// The node.
+        to: NodeId,
+        /// The message.
+        msg: RegionMessage<M>,
+    },
+    /// Send to the coordinator.
+    SendToCoordinator {
+        /// The coordinator's node.
+        to: NodeId,
+        /// The message.
+        msg: ToCoordinator,
+    },
+    /// This node now hosts `shard` at `epoch` (entities start on demand).
+    StartShard {
+        /// The shard.
+        shard: ShardId,
+        /// Its epoch.
+        epoch: Epoch,
+    },
+    /// Stop every entity of `shard`, then call
+    /// [`RegionEngine::handle_shard_stopped`](crate::RegionEngine::handle_shard_stopped).
+    /// Without `fenced`, messages already delivered are processed first; with it, the node lost
+    /// its right to the shard and must stop at once (the engine already considers it stopped).
+    StopShard {
+        /// The shard.
+        shard: ShardId,
+        /// The epoch it was hosted at.
+        epoch: Epoch,
+        /// Stop at once.
+        fenced: bool,
+    },
+    /// Tell the sender its message was refused.
+    Reject {
+        /// The shard.
+        shard: ShardId,
+        /// The message.
+        msg: M,
+        /// Why.
+        reason: RejectReason,
+    },
+}

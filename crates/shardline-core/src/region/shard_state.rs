@@ -1,0 +1,72 @@
+//! What a region knows and holds for one shard.
+
+use std::collections::VecDeque;
+
+use crate::id::NodeId;
+use crate::shard_map::{Epoch, ShardHome, Term};
+
+/// Whether this node hosts the shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Hosted {
+    No,
+    Active(Epoch),
+    /// Stopping for a hand-off: messages in progress finish, new ones bounce.
+    Stopping(Epoch),
+}
+
+#[derive(Debug)]
+pub(crate) struct ShardState<M> {
+    /// Latest home accepted from the coordinator.
+    pub home: Option<ShardHome>,
+    /// Highest epoch seen; older homes are stale.
+    pub seen: Epoch,
+    pub hosted: Hosted,
+    /// Highest epoch this node stopped the shard at: it never hosts it at that epoch again.
+    pub stopped_at: Epoch,
+    /// `BeginHandOff` received and no new home yet: buffer.
+    pub paused: bool,
+    /// `BeginHandOffAck` to send (for this term) once nothing is in flight to the owner.
+    pub ack_pending: Option<Term>,
+    /// Waiting for `FlushAck(token)` from this node.
+    pub draining: Option<(NodeId, u64)>,
+    /// Node we forwarded to since the last drain.
+    pub dirty: Option<NodeId>,
+    /// Re-asking the coordinator: attempt number and when.
+    pub attempt: u32,
+    pub ask_at: Option<u64>,
+    /// Waiting messages with their sequence numbers, ascending.
+    pub buffer: VecDeque<(u64, M)>,
+}
+
+impl<M> Default for ShardState<M> {
+    fn default() -> Self {
+        ShardState {
+            home: None,
+            seen: Epoch::ZERO,
+            hosted: Hosted::No,
+            stopped_at: Epoch::ZERO,
+            paused: false,
+            ack_pending: None,
+            draining: None,
+            dirty: None,
+            attempt: 0,
+            ask_at: None,
+            buffer: VecDeque::new(),
+        }
+    }
+}
+
+impl<M> ShardState<M> {
+    /// Puts a message back at its place by sequence number.
+    pub fn reinsert(&mut self, seq: u64, msg: M) {
+        let at = self.buffer.partition_point(|(s, _)| *s < seq);
+        self.buffer.insert(at, (seq, msg));
+    }
+
+    pub fn hosted_epoch(&self) -> Option<Epoch> {
+        match self.hosted {
+            Hosted::No => None,
+            Hosted::Active(e) | Hosted::Stopping(e) => Some(e),
+        }
+    }
+}
