@@ -124,6 +124,13 @@ pub enum RegionMessage<M> {
         epoch: Epoch,
         /// Sender-local sequence number, kept if the message comes back.
         seq: u64,
+        /// The sender's stream for this shard and destination: a new one starts after every
+        /// drain or returned message.
+        stream: u64,
+        /// Position in the stream, from 1. A receiver only takes the next position, so once it
+        /// sends one message back it sends back the rest of that stream too: a later message can
+        /// never overtake an earlier one that is coming back to be resent.
+        position: u64,
         /// The message.
         msg: M,
     },

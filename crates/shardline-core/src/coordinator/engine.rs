@@ -74,6 +74,8 @@ pub struct CoordinatorEngine {
 pub(super) struct Recovery {
     reported: BTreeSet<NodeId>,
     confirmed: Vec<bool>,
+    /// When members that have not reported are asked again.
+    pub(super) ask_again_at: u64,
 }
 
 impl CoordinatorEngine {
@@ -107,7 +109,7 @@ impl CoordinatorEngine {
             view: MembershipView::new(),
             map,
             regions: BTreeSet::new(),
-            recovery: Some(Recovery { reported: BTreeSet::new(), confirmed }),
+            recovery: Some(Recovery { reported: BTreeSet::new(), confirmed, ask_again_at: now }),
             hand_offs: BTreeMap::new(),
             round: None,
             rebalance_at: None,
@@ -178,10 +180,8 @@ impl CoordinatorEngine {
             return None;
         }
         let hand_off = self.hand_offs.values().map(|h| h.next_deadline(&self.config)).min();
-        match (self.rebalance_at, hand_off) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let recovery = self.recovery.as_ref().map(|r| r.ask_again_at);
+        [self.rebalance_at, hand_off, recovery].into_iter().flatten().min()
     }
 
     /// The membership view changed (a provider's new view, complete).
@@ -293,7 +293,7 @@ impl CoordinatorEngine {
         let homes = self
             .map
             .iter()
-            .filter(|(s, _)| !self.hand_offs.contains_key(s))
+            .filter(|(s, _)| !self.hand_offs.contains_key(s) && self.is_confirmed(*s))
             .filter_map(|(s, slot)| slot.home().map(|h| (s, h)))
             .collect();
         self.commands.push_back(CoordinatorCommand::SendWelcome { to: from.clone(), homes });
@@ -306,12 +306,36 @@ impl CoordinatorEngine {
         if self.stopped || self.hand_offs.contains_key(&shard) {
             return;
         }
-        match self.map.home(shard) {
+        match self.map.home(shard).filter(|_| self.is_confirmed(shard)) {
             Some(home) => self.commands.push_back(CoordinatorCommand::SendShardHome { to: from.clone(), shard, home }),
             None if self.map.slot(shard).is_some() => self.schedule_rebalance(now, RebalanceReason::Membership),
             None => {}
         }
         self.after_input(now);
+    }
+
+    /// While recovering, asks members that have not reported to register again.
+    pub(super) fn ask_silent_members(&mut self, now: u64) {
+        let Some(r) = &mut self.recovery else { return };
+        if now < r.ask_again_at {
+            return;
+        }
+        r.ask_again_at = now + self.config.resend_interval_ms;
+        let silent: Vec<NodeId> = self
+            .view
+            .members()
+            .filter(|m| !m.status.is_fenced() && !r.reported.contains(&m.node))
+            .map(|m| m.node.clone())
+            .collect();
+        if !silent.is_empty() {
+            self.commands.push_back(CoordinatorCommand::RequestRegistration { to: silent });
+        }
+    }
+
+    /// Whether a home may be told to regions: while recovering, only homes their owner
+    /// reported. An entry from the stored map may be stale: its owner may have stopped the shard.
+    fn is_confirmed(&self, shard: ShardId) -> bool {
+        self.recovery.as_ref().is_none_or(|r| r.confirmed.get(shard.index()).copied().unwrap_or(false))
     }
 
     fn confirm(&mut self, shard: ShardId) {

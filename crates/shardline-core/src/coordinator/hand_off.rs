@@ -95,6 +95,7 @@ impl CoordinatorEngine {
         if self.stopped {
             return;
         }
+        self.ask_silent_members(now);
         let shards: Vec<ShardId> = self.hand_offs.keys().copied().collect();
         for shard in shards {
             let Some(ho) = self.hand_offs.get_mut(&shard) else { continue };

@@ -1,6 +1,6 @@
 //! The region state machine.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use super::command::{RegionCommand, RejectReason};
 use super::shard_state::{Hosted, ShardState};
@@ -65,6 +65,8 @@ pub struct RegionEngine<M> {
     timers: BTreeSet<(u64, ShardId)>,
     commands: VecDeque<RegionCommand<M>>,
     fenced: bool,
+    /// Incoming streams: (sender, shard) → (stream, next expected position).
+    incoming: HashMap<(NodeId, ShardId), (u64, u64)>,
 }
 
 impl<M> RegionEngine<M> {
@@ -85,6 +87,7 @@ impl<M> RegionEngine<M> {
             timers: BTreeSet::new(),
             commands: VecDeque::new(),
             fenced: false,
+            incoming: HashMap::new(),
         }
     }
 
@@ -131,6 +134,38 @@ impl<M> RegionEngine<M> {
         self.shards.get(shard.index()).is_some_and(|s| matches!(s.hosted, Hosted::Active(_)))
     }
 
+    /// Whether `shard` is hosted here (active or stopping).
+    pub fn hosts(&self, shard: ShardId) -> bool {
+        self.shards.get(shard.index()).is_some_and(|s| s.hosted != Hosted::No)
+    }
+
+    /// Takes every buffered message out (e.g. to fail them when the node shuts down).
+    pub fn take_buffered(&mut self) -> Vec<(ShardId, M)> {
+        self.buffered = 0;
+        let mut out = Vec::new();
+        for (i, s) in self.shards.iter_mut().enumerate() {
+            out.extend(s.buffer.drain(..).map(|(_, m)| (ShardId(i as u32), m)));
+        }
+        out
+    }
+
+    /// Drains every destination this region forwarded to, so that once [`is_settled`](Self::is_settled)
+    /// holds, nothing it sent is still in flight (graceful shutdown).
+    pub fn flush_all(&mut self, _now: u64) {
+        for i in 0..self.shards.len() {
+            if self.shards[i].draining.is_none() {
+                if let Some(old) = self.shards[i].dirty.take() {
+                    self.start_drain(ShardId(i as u32), old);
+                }
+            }
+        }
+    }
+
+    /// Quiet, and nothing forwarded is unconfirmed.
+    pub fn is_settled(&self) -> bool {
+        self.is_quiet() && self.shards.iter().all(|s| s.dirty.is_none())
+    }
+
     /// Messages waiting in buffers.
     pub fn buffered(&self) -> usize {
         self.buffered
@@ -172,10 +207,12 @@ impl<M> RegionEngine<M> {
         match self.target(s) {
             Route::Local(epoch) => self.commands.push_back(RegionCommand::Deliver { shard, epoch, msg }),
             Route::Remote(to, epoch) => {
-                self.shards[shard.index()].dirty = Some(to.clone());
+                let s = &mut self.shards[shard.index()];
+                s.dirty = Some(to.clone());
+                let (stream, position) = s.next_position();
                 self.commands.push_back(RegionCommand::SendToRegion {
                     to,
-                    msg: RegionMessage::Forward { shard, epoch, seq, msg },
+                    msg: RegionMessage::Forward { shard, epoch, seq, stream, position, msg },
                 });
             }
             Route::Hold => {
@@ -193,13 +230,22 @@ impl<M> RegionEngine<M> {
     /// A message from another region.
     pub fn handle_region_message(&mut self, now: u64, from: &NodeId, msg: RegionMessage<M>) {
         match msg {
-            RegionMessage::Forward { shard, epoch: _, seq, msg } => {
+            RegionMessage::Forward { shard, epoch: _, seq, stream, position, msg } => {
+                let expected = self.incoming.get(&(from.clone(), shard)).copied().unwrap_or((0, 1));
+                let in_order = match stream.cmp(&expected.0) {
+                    std::cmp::Ordering::Equal => position == expected.1,
+                    std::cmp::Ordering::Greater => position == 1,
+                    std::cmp::Ordering::Less => false,
+                };
                 let reason = match self.shards.get(shard.index()) {
                     Some(s) if !self.fenced => match s.hosted {
-                        Hosted::Active(epoch) => {
+                        Hosted::Active(epoch) if in_order => {
+                            self.incoming.insert((from.clone(), shard), (stream, position + 1));
                             self.commands.push_back(RegionCommand::Deliver { shard, epoch, msg });
                             return;
                         }
+                        // An earlier message of this stream is on its way back: so is this one.
+                        Hosted::Active(_) => BounceReason::RebalanceInProgress,
                         Hosted::Stopping(_) => BounceReason::RebalanceInProgress,
                         Hosted::No if s.paused => BounceReason::RebalanceInProgress,
                         Hosted::No => BounceReason::NotOwner,
@@ -240,18 +286,15 @@ impl<M> RegionEngine<M> {
         }
     }
 
-    /// The connection to `peer` broke: what was in flight is gone, so no drain towards it can
-    /// complete by an answer. A broken link to the coordinator means announcements may have been
-    /// lost: register again to get every home.
+    /// The connection to `peer` broke: a drain marker in flight on it is lost, so each drain
+    /// towards `peer` starts again with a new marker. That marker comes back (undeliverable) or
+    /// is answered only after every earlier message to `peer` has come back or arrived, which a
+    /// mere "link down" cannot promise. A broken link to the coordinator means announcements may
+    /// have been lost: register again to get every home.
     pub fn handle_link_down(&mut self, now: u64, peer: &NodeId) {
         for i in 0..self.shards.len() {
-            let s = &mut self.shards[i];
-            if s.dirty.as_ref() == Some(peer) {
-                s.dirty = None;
-            }
-            if s.draining.as_ref().is_some_and(|(n, _)| n == peer) {
-                s.draining = None;
-                self.pump(now, ShardId(i as u32));
+            if self.shards[i].draining.as_ref().is_some_and(|(n, _)| n == peer) {
+                self.start_drain(ShardId(i as u32), peer.clone());
             }
         }
         if self.coordinator.as_ref() == Some(peer) {
@@ -313,7 +356,7 @@ impl<M> RegionEngine<M> {
                         self.commands.push_back(RegionCommand::StopShard { shard, epoch: e, fenced: false });
                     }
                     Hosted::Stopping(e) if e == epoch => {}
-                    _ => self.to_coordinator(ToCoordinator::ShardStopped { term, shard, epoch }),
+                    _ => self.send_coordinator(ToCoordinator::ShardStopped { term, shard, epoch }),
                 }
             }
         }
@@ -326,7 +369,7 @@ impl<M> RegionEngine<M> {
             s.hosted = Hosted::No;
             s.stopped_at = s.stopped_at.max(epoch);
             let term = self.term;
-            self.to_coordinator(ToCoordinator::ShardStopped { term, shard, epoch });
+            self.send_coordinator(ToCoordinator::ShardStopped { term, shard, epoch });
             self.pump(now, shard);
         }
     }
@@ -399,11 +442,8 @@ impl<M> RegionEngine<M> {
         let s = &mut self.shards[i];
         if let Some(old) = s.dirty.clone() {
             if !matches!(&target, Route::Remote(to, _) if *to == old) && s.draining.is_none() {
-                let token = self.next_token;
-                self.next_token += 1;
                 s.dirty = None;
-                s.draining = Some((old.clone(), token));
-                self.send_region(old, RegionMessage::Flush { shard, token });
+                self.start_drain(shard, old);
                 return;
             }
         }
@@ -418,32 +458,50 @@ impl<M> RegionEngine<M> {
                 if !s.buffer.is_empty() {
                     s.dirty = Some(to.clone());
                     self.buffered -= s.buffer.len();
-                    for (seq, msg) in s.buffer.drain(..) {
+                    for (seq, msg) in std::mem::take(&mut s.buffer) {
+                        let (stream, position) = s.next_position();
                         self.commands.push_back(RegionCommand::SendToRegion {
                             to: to.clone(),
-                            msg: RegionMessage::Forward { shard, epoch, seq, msg },
+                            msg: RegionMessage::Forward { shard, epoch, seq, stream, position, msg },
                         });
                     }
                 }
             }
             Route::Hold => {
-                if s.home.is_none() && !s.paused && s.draining.is_none() && !s.buffer.is_empty() && s.ask_at.is_none() {
-                    self.ask(now, shard);
+                if s.ask_at.is_none() && s.needs_home() {
+                    if s.paused {
+                        // The announcement ending the hand-off may get lost: ask later.
+                        let delay = self.config.retry_max_ms;
+                        self.set_ask(shard, now + delay);
+                    } else {
+                        self.ask(now, shard);
+                    }
                 }
             }
         }
         let s = &mut self.shards[i];
         if s.draining.is_none() && s.dirty.is_none() {
             if let Some(term) = s.ack_pending.take() {
-                self.to_coordinator(ToCoordinator::BeginHandOffAck { term, shard });
+                self.send_coordinator(ToCoordinator::BeginHandOffAck { term, shard });
             }
         }
+    }
+
+    /// Sends a `Flush` marker to `old`; the shard holds its messages until `FlushAck`.
+    fn start_drain(&mut self, shard: ShardId, old: NodeId) {
+        let token = self.next_token;
+        self.next_token += 1;
+        let s = &mut self.shards[shard.index()];
+        s.draining = Some((old.clone(), token));
+        s.stream_open = false;
+        self.send_region(old, RegionMessage::Flush { shard, token });
     }
 
     /// A message we sent came back unprocessed (bounce or undeliverable).
     fn take_back(&mut self, now: u64, from: &NodeId, shard: ShardId, seq: u64, msg: M) {
         let Some(s) = self.shards.get_mut(shard.index()) else { return };
         s.reinsert(seq, msg);
+        s.stream_open = false;
         self.buffered += 1;
         if s.home.as_ref().is_some_and(|h| &h.owner == from) {
             // Its home is wrong or not ready yet: ask again, after a backoff.
@@ -466,13 +524,13 @@ impl<M> RegionEngine<M> {
     /// Asks the coordinator for a shard's home, and schedules a repeat.
     fn ask(&mut self, now: u64, shard: ShardId) {
         let s = &mut self.shards[shard.index()];
-        if s.home.is_some() || s.paused || s.buffer.is_empty() {
+        if !s.needs_home() {
             return;
         }
         let delay = (self.config.retry_initial_ms << s.attempt.min(16)).min(self.config.retry_max_ms).max(1);
         s.attempt = s.attempt.saturating_add(1);
         self.set_ask(shard, now + delay);
-        self.to_coordinator(ToCoordinator::GetShardHome { shard });
+        self.send_coordinator(ToCoordinator::GetShardHome { shard });
     }
 
     fn apply_home(&mut self, now: u64, shard: ShardId, home: ShardHome) {
@@ -484,13 +542,16 @@ impl<M> RegionEngine<M> {
         if home.owner == me && home.epoch <= s.stopped_at {
             // We stopped it at that epoch: say so again, so the coordinator frees the shard.
             let term = self.term;
-            self.to_coordinator(ToCoordinator::ShardStopped { term, shard, epoch: home.epoch });
+            self.send_coordinator(ToCoordinator::ShardStopped { term, shard, epoch: home.epoch });
             return;
+        }
+        if home.epoch > s.seen {
+            // A genuinely new home: questions about the old one start their backoff afresh.
+            s.attempt = 0;
         }
         s.seen = home.epoch;
         s.paused = false;
         s.ack_pending = None;
-        s.attempt = 0;
         if let Some(at) = s.ask_at.take() {
             self.timers.remove(&(at, shard));
         }
@@ -525,11 +586,11 @@ impl<M> RegionEngine<M> {
             return;
         }
         let hosted = self.hosted();
-        self.to_coordinator(ToCoordinator::Register { term: self.term, hosted });
+        self.send_coordinator(ToCoordinator::Register { term: self.term, hosted });
         self.register_at = Some(now + self.config.register_retry_ms);
     }
 
-    fn to_coordinator(&mut self, msg: ToCoordinator) {
+    fn send_coordinator(&mut self, msg: ToCoordinator) {
         if let Some(to) = self.coordinator.clone() {
             self.commands.push_back(RegionCommand::SendToCoordinator { to, msg });
         }

@@ -31,6 +31,11 @@ pub(crate) struct ShardState<M> {
     pub draining: Option<(NodeId, u64)>,
     /// Node we forwarded to since the last drain.
     pub dirty: Option<NodeId>,
+    /// Our current outgoing stream for this shard (see `RegionMessage::Forward`), and the next
+    /// position in it; `stream_open` is false when the next forward must start a new stream.
+    pub stream: u64,
+    pub position: u64,
+    pub stream_open: bool,
     /// Re-asking the coordinator: attempt number and when.
     pub attempt: u32,
     pub ask_at: Option<u64>,
@@ -49,6 +54,9 @@ impl<M> Default for ShardState<M> {
             ack_pending: None,
             draining: None,
             dirty: None,
+            stream: 0,
+            position: 0,
+            stream_open: false,
             attempt: 0,
             ask_at: None,
             buffer: VecDeque::new(),
@@ -61,6 +69,23 @@ impl<M> ShardState<M> {
     pub fn reinsert(&mut self, seq: u64, msg: M) {
         let at = self.buffer.partition_point(|(s, _)| *s < seq);
         self.buffer.insert(at, (seq, msg));
+    }
+
+    /// Stamps the next forward: (stream, position).
+    pub fn next_position(&mut self) -> (u64, u64) {
+        if !self.stream_open {
+            self.stream += 1;
+            self.position = 0;
+            self.stream_open = true;
+        }
+        self.position += 1;
+        (self.stream, self.position)
+    }
+
+    /// Messages wait for a home: unknown, or paused by a hand-off. The coordinator answers
+    /// questions about a shard only when no hand-off of it is running, so any answer ends a pause.
+    pub fn needs_home(&self) -> bool {
+        (self.home.is_none() || self.paused) && self.draining.is_none() && !self.buffer.is_empty()
     }
 
     pub fn hosted_epoch(&self) -> Option<Epoch> {

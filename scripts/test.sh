@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, unit and property tests, and 10,000 simulated
+# schedules of the sharding protocol. Installs what it needs from Debian's packages when missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v jq >/dev/null || need_apt+=(jq)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "installing: ${need_apt[*]}"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
+fi
+
+echo "== fmt"
+cargo fmt --all -- --check
+echo "== clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+echo "== simulation (${SHARDLINE_SIM_SCHEDULES:=10000} schedules)"
+SHARDLINE_SIM_SCHEDULES=$SHARDLINE_SIM_SCHEDULES cargo test -p shardline-core --release sim -- --nocapture
+echo "== tests"
+cargo test --workspace --release -- --skip sim_
