@@ -144,6 +144,43 @@ proptest! {
     }
 
     #[test]
+    fn ranges_are_contiguous_balanced_and_stable((hs, map) in arb_case(), rot in 0usize..10) {
+        let plan = Ranges.plan(&hs, &map);
+        check_common(&hs, &map, &plan)?;
+        let mut after = map.clone();
+        apply(&mut after, &plan);
+        prop_assert!(Ranges.plan(&hs, &after).is_empty(), "not stable");
+        let mut rotated = hs.clone();
+        rotated.rotate_left(rot % hs.len());
+        prop_assert!(Ranges.plan(&rotated, &after).is_empty(), "depends on the order hosts are given in");
+        // Each host owns one contiguous run, of ⌊S/n⌋ or ⌈S/n⌉ shards.
+        let mut runs: BTreeMap<NodeId, (u32, u32, u32)> = BTreeMap::new();
+        for (s, slot) in after.iter() {
+            let o = slot.owner.clone().unwrap();
+            let e = runs.entry(o).or_insert((s.0, s.0, 0));
+            prop_assert!(e.2 == 0 || e.1 + 1 == s.0, "not contiguous");
+            e.1 = s.0;
+            e.2 += 1;
+        }
+        let sizes: Vec<u32> = runs.values().map(|r| r.2).collect();
+        let s = map.num_shards();
+        let n = hs.len() as u32;
+        for size in sizes {
+            prop_assert!(size == s / n || size == s.div_ceil(n));
+        }
+    }
+}
+
+proptest! {
+    // The 1.3 bound is statistical (virtual nodes land at hashed points): a fixed seed keeps CI
+    // deterministic while still covering 256 cluster shapes.
+    #![proptest_config(ProptestConfig {
+        cases: 256,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x5EED_CA5E),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
     fn consistent_hash_adding_a_member_moves_little((n, s) in (1usize..20, 256u32..2048)) {
         let ch = ConsistentHash::default();
         let before = hosts(n);
@@ -177,32 +214,6 @@ proptest! {
         }
     }
 
-    #[test]
-    fn ranges_are_contiguous_balanced_and_stable((hs, map) in arb_case(), rot in 0usize..10) {
-        let plan = Ranges.plan(&hs, &map);
-        check_common(&hs, &map, &plan)?;
-        let mut after = map.clone();
-        apply(&mut after, &plan);
-        prop_assert!(Ranges.plan(&hs, &after).is_empty(), "not stable");
-        let mut rotated = hs.clone();
-        rotated.rotate_left(rot % hs.len());
-        prop_assert!(Ranges.plan(&rotated, &after).is_empty(), "depends on the order hosts are given in");
-        // Each host owns one contiguous run, of ⌊S/n⌋ or ⌈S/n⌉ shards.
-        let mut runs: BTreeMap<NodeId, (u32, u32, u32)> = BTreeMap::new();
-        for (s, slot) in after.iter() {
-            let o = slot.owner.clone().unwrap();
-            let e = runs.entry(o).or_insert((s.0, s.0, 0));
-            prop_assert!(e.2 == 0 || e.1 + 1 == s.0, "not contiguous");
-            e.1 = s.0;
-            e.2 += 1;
-        }
-        let sizes: Vec<u32> = runs.values().map(|r| r.2).collect();
-        let s = map.num_shards();
-        let n = hs.len() as u32;
-        for size in sizes {
-            prop_assert!(size == s / n || size == s.div_ceil(n));
-        }
-    }
 }
 
 #[test]

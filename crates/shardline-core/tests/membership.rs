@@ -40,10 +40,7 @@ fn view_refuses_illegal_changes_and_fences_leader() {
     let err = v.set_status(&a, MemberStatus::Up).unwrap_err();
     assert!(matches!(err, MembershipError::IllegalTransition { .. }));
     assert!(v.set_leader(Some(a.clone())).is_err());
-    assert!(matches!(
-        v.set_status(&NodeId::new("ghost", 1), MemberStatus::Up),
-        Err(MembershipError::UnknownMember(_))
-    ));
+    assert!(matches!(v.set_status(&NodeId::new("ghost", 1), MemberStatus::Up), Err(MembershipError::UnknownMember(_))));
 }
 
 #[test]
@@ -76,5 +73,8 @@ fn versions_compare_numerically() {
     assert!(AppVersion::new("2") > AppVersion::new("1.99.99"));
     assert!(AppVersion::new("1.2.0") > AppVersion::new("1.2"));
     assert_eq!(AppVersion::new("1.02"), AppVersion::new("1.2"));
-    assert!(AppVersion::new("1.2-rc") > AppVersion::new("1.10-rc") || AppVersion::new("1.2-rc") < AppVersion::new("1.10-rc"));
+    assert!(
+        AppVersion::new("1.2-rc") > AppVersion::new("1.10-rc")
+            || AppVersion::new("1.2-rc") < AppVersion::new("1.10-rc")
+    );
 }

@@ -524,7 +524,8 @@ impl<M> RegionEngine<M> {
     /// Asks the coordinator for a shard's home, and schedules a repeat.
     fn ask(&mut self, now: u64, shard: ShardId) {
         let s = &mut self.shards[shard.index()];
-        if !s.needs_home() {
+        if !s.needs_home() || self.coordinator.is_none() {
+            // Without a coordinator the question waits for `Welcome`, which asks at once.
             return;
         }
         let delay = (self.config.retry_initial_ms << s.attempt.min(16)).min(self.config.retry_max_ms).max(1);

@@ -1,0 +1,65 @@
+//! Fixtures shared by the engine tests.
+#![allow(dead_code)]
+
+use shardline_core::{
+    CoordinatorCommand, CoordinatorConfig, CoordinatorEngine, LeastShards, Member, MemberStatus, MembershipView,
+    NodeId, RegionCommand, RegionConfig, RegionEngine, ShardMap,
+};
+
+pub fn node(name: &str) -> NodeId {
+    NodeId::new(name, 1)
+}
+
+pub fn view(names: &[&str]) -> MembershipView {
+    let mut v = MembershipView::new();
+    for (i, n) in names.iter().enumerate() {
+        v.add(Member::new(node(n), i as u64).with_status(MemberStatus::Up)).unwrap();
+    }
+    v
+}
+
+pub fn config(shards: u32) -> CoordinatorConfig {
+    let mut c = CoordinatorConfig::new(shards);
+    c.hand_off_timeout_ms = 1_000;
+    c.resend_interval_ms = 100;
+    c.rebalance_interval_ms = 10_000;
+    c
+}
+
+/// A coordinator of term 1 on "a", with every member of `names` registered (no shards hosted).
+pub fn coordinator(shards: u32, names: &[&str]) -> CoordinatorEngine {
+    coordinator_with(shards, names, None)
+}
+
+pub fn coordinator_with(shards: u32, names: &[&str], stored: Option<ShardMap>) -> CoordinatorEngine {
+    let mut c = CoordinatorEngine::new(
+        config(shards),
+        node("a"),
+        1,
+        Box::new(LeastShards::unlimited()),
+        view(names),
+        stored,
+        0,
+    )
+    .unwrap();
+    for n in names {
+        c.handle_register(0, &node(n), 1, &[]);
+    }
+    c
+}
+
+pub fn drain(c: &mut CoordinatorEngine) -> Vec<CoordinatorCommand> {
+    c.drain_commands().collect()
+}
+
+pub fn region(me: &str, shards: u32) -> RegionEngine<u32> {
+    let mut cfg = RegionConfig::new(shards);
+    cfg.max_buffered = 4;
+    cfg.retry_initial_ms = 10;
+    cfg.retry_max_ms = 80;
+    RegionEngine::new(cfg, node(me))
+}
+
+pub fn rdrain(r: &mut RegionEngine<u32>) -> Vec<RegionCommand<u32>> {
+    r.drain_commands().collect()
+}

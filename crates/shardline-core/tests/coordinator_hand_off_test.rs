@@ -1,0 +1,118 @@
+//! The hand-off protocol, command by command.
+
+mod common;
+
+use common::*;
+use shardline_core::{CoordinatorCommand, DomainEvent, Epoch, ShardHome, ShardId};
+
+/// Two shards on "a" alone, then "b" joins: one shard must move a → b by hand-off.
+fn scale_out() -> (shardline_core::CoordinatorEngine, ShardId) {
+    let mut c = coordinator(2, &["a"]);
+    drain(&mut c);
+    c.handle_membership(10, &view(&["a", "b"]));
+    c.handle_register(10, &node("b"), 1, &[]);
+    let shard = c.hand_offs_in_progress().next().expect("a hand-off started");
+    (c, shard)
+}
+
+#[test]
+fn begin_hand_off_then_hand_off_then_announce() {
+    let (mut c, s) = scale_out();
+    let cmds = drain(&mut c);
+    // Every registered region is asked, the owner and the new owner included.
+    assert!(cmds.contains(&CoordinatorCommand::SendBeginHandOff { to: vec![node("a"), node("b")], shard: s }));
+    assert!(cmds
+        .iter()
+        .any(|c| matches!(c, CoordinatorCommand::Emit(DomainEvent::RebalancingTriggered { planned: 1, .. }))));
+    c.handle_begin_hand_off_ack(11, &node("a"), 1, s);
+    let cmds = drain(&mut c);
+    assert!(!cmds.iter().any(|c| matches!(c, CoordinatorCommand::SendHandOff { .. })), "b has not acknowledged");
+    c.handle_begin_hand_off_ack(12, &node("b"), 1, s);
+    let epoch = c.shard_map().slot(s).unwrap().epoch;
+    assert_eq!(drain(&mut c), vec![CoordinatorCommand::SendHandOff { to: node("a"), shard: s, epoch }]);
+    // Until ShardStopped, the map does not change.
+    assert_eq!(c.shard_map().owner(s), Some(&node("a")));
+    c.handle_shard_stopped(13, &node("a"), s, epoch);
+    let home = ShardHome { owner: node("b"), epoch: Epoch { term: 1, seq: epoch.seq + 1 } };
+    let cmds = drain(&mut c);
+    assert!(cmds.contains(&CoordinatorCommand::AnnounceShardHomes {
+        to: vec![node("a"), node("b")],
+        homes: vec![(s, home.clone())]
+    }));
+    assert!(cmds.contains(&CoordinatorCommand::Emit(DomainEvent::ShardMigrated {
+        shard: s,
+        from: node("a"),
+        to: home
+    })));
+    assert!(cmds.contains(&CoordinatorCommand::Emit(DomainEvent::RebalancingCompleted { term: 1, moved: 1 })));
+}
+
+#[test]
+fn acks_of_another_term_are_ignored() {
+    let (mut c, s) = scale_out();
+    drain(&mut c);
+    c.handle_begin_hand_off_ack(11, &node("a"), 0, s);
+    c.handle_begin_hand_off_ack(11, &node("b"), 2, s);
+    assert!(drain(&mut c).is_empty());
+}
+
+#[test]
+fn unacknowledged_begin_is_resent_then_abandoned_safely() {
+    let (mut c, s) = scale_out();
+    drain(&mut c);
+    c.handle_begin_hand_off_ack(11, &node("a"), 1, s);
+    drain(&mut c);
+    c.handle_timeout(110);
+    assert_eq!(drain(&mut c), vec![CoordinatorCommand::SendBeginHandOff { to: vec![node("b")], shard: s }]);
+    c.handle_timeout(1_010);
+    let cmds = drain(&mut c);
+    let home = c.shard_map().home(s).unwrap();
+    assert_eq!(home.owner, node("a"), "abandoned: the shard stays where it was");
+    assert!(cmds.contains(&CoordinatorCommand::Emit(DomainEvent::HandOffTimedOut {
+        shard: s,
+        owner: node("a"),
+        abandoned: true
+    })));
+    assert!(cmds.iter().any(
+        |c| matches!(c, CoordinatorCommand::AnnounceShardHomes { homes, .. } if homes == &vec![(s, home.clone())])
+    ));
+}
+
+#[test]
+fn silent_owner_keeps_the_shard_until_fenced() {
+    let (mut c, s) = scale_out();
+    drain(&mut c);
+    c.handle_begin_hand_off_ack(11, &node("a"), 1, s);
+    c.handle_begin_hand_off_ack(11, &node("b"), 1, s);
+    let epoch = c.shard_map().slot(s).unwrap().epoch;
+    drain(&mut c);
+    // Past the hand-off timeout: HandOff is re-sent, the owner reported slow, nothing moves.
+    c.handle_timeout(2_000);
+    let cmds = drain(&mut c);
+    assert!(cmds.contains(&CoordinatorCommand::SendHandOff { to: node("a"), shard: s, epoch }));
+    assert!(cmds.contains(&CoordinatorCommand::Emit(DomainEvent::HandOffTimedOut {
+        shard: s,
+        owner: node("a"),
+        abandoned: false
+    })));
+    assert_eq!(c.shard_map().owner(s), Some(&node("a")));
+    c.handle_timeout(60_000);
+    assert_eq!(c.shard_map().owner(s), Some(&node("a")), "never moves a live owner's shard without ShardStopped");
+    // Once a is fenced, the move completes.
+    c.handle_node_fenced(60_001, &node("a"));
+    assert_eq!(c.shard_map().owner(s), Some(&node("b")));
+    assert!(c.shard_map().slot(s).unwrap().epoch > epoch);
+}
+
+#[test]
+fn shard_stopped_from_wrong_node_or_epoch_is_ignored() {
+    let (mut c, s) = scale_out();
+    c.handle_begin_hand_off_ack(11, &node("a"), 1, s);
+    c.handle_begin_hand_off_ack(11, &node("b"), 1, s);
+    let epoch = c.shard_map().slot(s).unwrap().epoch;
+    drain(&mut c);
+    c.handle_shard_stopped(12, &node("b"), s, epoch);
+    c.handle_shard_stopped(12, &node("a"), s, Epoch { term: 0, seq: 9 });
+    assert!(drain(&mut c).is_empty());
+    assert_eq!(c.shard_map().owner(s), Some(&node("a")));
+}

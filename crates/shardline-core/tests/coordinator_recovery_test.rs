@@ -1,0 +1,92 @@
+//! A new coordinator rebuilds the map from region reports and the stored map.
+
+mod common;
+
+use common::*;
+use shardline_core::{CoordinatorCommand, DomainEvent, Epoch, ShardHome, ShardId, ShardMap};
+
+#[test]
+fn reports_rebuild_the_map_without_moving_anything() {
+    let mut c = shardline_core::CoordinatorEngine::new(
+        config(2),
+        node("a"),
+        7,
+        Box::new(shardline_core::LeastShards::unlimited()),
+        view(&["a", "b"]),
+        None,
+        0,
+    )
+    .unwrap();
+    drain(&mut c);
+    let e = Epoch { term: 3, seq: 4 };
+    c.handle_register(1, &node("a"), 7, &[(ShardId(0), e)]);
+    c.handle_register(1, &node("b"), 7, &[(ShardId(1), e)]);
+    assert!(!c.is_recovering());
+    assert_eq!(c.shard_map().home(ShardId(0)), Some(ShardHome { owner: node("a"), epoch: e }));
+    assert_eq!(c.shard_map().home(ShardId(1)), Some(ShardHome { owner: node("b"), epoch: e }));
+    assert!(c.hand_offs_in_progress().next().is_none());
+}
+
+#[test]
+fn stale_report_is_told_to_stop() {
+    let mut c = coordinator(1, &["a", "b"]);
+    drain(&mut c);
+    let home = c.shard_map().home(ShardId(0)).unwrap();
+    let other = if home.owner == node("a") { node("b") } else { node("a") };
+    c.handle_register(5, &other, 1, &[(ShardId(0), Epoch { term: 0, seq: 1 })]);
+    let cmds = drain(&mut c);
+    assert!(cmds.contains(&CoordinatorCommand::SendHandOff {
+        to: other.clone(),
+        shard: ShardId(0),
+        epoch: Epoch { term: 0, seq: 1 }
+    }));
+    assert!(cmds.iter().any(|c| matches!(c, CoordinatorCommand::Emit(DomainEvent::StaleShardStopped { .. }))));
+}
+
+#[test]
+fn stored_map_is_not_announced_before_its_owner_confirms() {
+    let mut stored = ShardMap::new(2).unwrap();
+    stored.assign(ShardId(0), node("b"), 1).unwrap();
+    stored.assign(ShardId(1), node("b"), 1).unwrap();
+    let mut c = shardline_core::CoordinatorEngine::new(
+        config(2),
+        node("a"),
+        2,
+        Box::new(shardline_core::LeastShards::unlimited()),
+        view(&["a", "b"]),
+        Some(stored),
+        0,
+    )
+    .unwrap();
+    drain(&mut c);
+    c.handle_register(1, &node("a"), 2, &[]);
+    let cmds = drain(&mut c);
+    assert!(cmds.contains(&CoordinatorCommand::SendWelcome { to: node("a"), homes: vec![] }), "{cmds:?}");
+    c.handle_get_shard_home(1, &node("a"), ShardId(0));
+    assert!(drain(&mut c).is_empty(), "no answer from an unconfirmed stored entry");
+    // b reports only shard 0: shard 1 was stopped, so it is reallocated with a newer epoch.
+    c.handle_register(2, &node("b"), 2, &[(ShardId(0), Epoch { term: 1, seq: 1 })]);
+    assert!(!c.is_recovering());
+    assert_eq!(c.shard_map().home(ShardId(0)).unwrap().epoch, Epoch { term: 1, seq: 1 });
+    let s1 = c.shard_map().home(ShardId(1)).unwrap();
+    assert_eq!(s1.epoch.term, 2, "a new allocation by the term-2 coordinator");
+}
+
+#[test]
+fn silent_members_are_asked_again_while_recovering() {
+    let mut c = shardline_core::CoordinatorEngine::new(
+        config(2),
+        node("a"),
+        1,
+        Box::new(shardline_core::LeastShards::unlimited()),
+        view(&["a", "b"]),
+        None,
+        0,
+    )
+    .unwrap();
+    c.handle_register(0, &node("a"), 1, &[]);
+    drain(&mut c);
+    assert!(c.poll_timeout().is_some());
+    c.handle_timeout(100);
+    assert!(drain(&mut c).contains(&CoordinatorCommand::RequestRegistration { to: vec![node("b")] }));
+}
