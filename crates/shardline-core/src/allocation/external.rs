@@ -1,7 +1,7 @@
 //! `External`: placement decided outside Shardline (e.g. aligned with Kafka consumer partition
 //! assignments). The strategy only checks the assignments and turns them into moves.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::{AllocationStrategy, Move, Plan, PlanProblem};
 use crate::id::ShardId;
@@ -42,12 +42,13 @@ impl AllocationStrategy for External {
 
     fn plan(&self, hosts: &[Member], map: &ShardMap) -> Plan {
         let mut plan = Plan::default();
+        let by_name: HashMap<&str, &Member> = hosts.iter().map(|m| (&*m.node.name, m)).collect();
         for (&shard, name) in &self.assignments {
             let Some(slot) = map.slot(shard) else {
                 plan.rejected.push((shard, PlanProblem::OutOfRange));
                 continue;
             };
-            match hosts.iter().find(|m| &*m.node.name == name.as_str()) {
+            match by_name.get(name.as_str()) {
                 None => plan.rejected.push((shard, PlanProblem::NotAHost { node: name.clone() })),
                 Some(m) if slot.owner.as_ref() != Some(&m.node) => {
                     plan.moves.push(Move { shard, from: slot.owner.clone(), to: m.node.clone() })

@@ -11,6 +11,7 @@
 //!    current host: a move that gains one shard is not worth it.
 
 use std::cmp::Reverse;
+use std::collections::BTreeSet;
 
 use super::{AllocationStrategy, Loads, Move, Plan};
 use crate::membership::Member;
@@ -51,17 +52,24 @@ impl AllocationStrategy for VersionAware {
             todo.extend(extra);
         }
 
-        let eligible: Vec<usize> = (0..n).filter(|&i| &hosts[i].app_version == newest).collect();
+        // Newest-version hosts ordered by (shards, index): the least loaded is the first.
+        let newest_only = |i: &usize| &hosts[*i].app_version == newest;
+        let mut eligible: BTreeSet<(usize, usize)> = (0..n).filter(newest_only).map(|i| (counts[i], i)).collect();
         let mut moves = Vec::new();
         for (shard, current) in todo {
-            let Some(&least) = eligible.iter().min_by_key(|&&i| (counts[i], i)) else { break };
+            let Some(&(least_count, least)) = eligible.first() else { break };
             if let Some(c) = current {
-                if c == least || counts[least] + 1 >= counts[c] {
+                if c == least || least_count + 1 >= counts[c] {
                     continue;
+                }
+                if eligible.remove(&(counts[c], c)) {
+                    eligible.insert((counts[c] - 1, c));
                 }
                 counts[c] -= 1;
             }
+            eligible.remove(&(least_count, least));
             counts[least] += 1;
+            eligible.insert((counts[least], least));
             moves.push(Move { shard, from: map.owner(shard).cloned(), to: loads.hosts[least].clone() });
         }
         Plan { moves, rejected: Vec::new() }
