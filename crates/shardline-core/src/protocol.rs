@@ -25,6 +25,8 @@ pub enum ToCoordinator {
         term: Term,
         /// Shards the region hosts, with their epochs.
         hosted: Vec<(ShardId, Epoch)>,
+        /// False for a proxy region: it routes but never hosts.
+        hosting: bool,
     },
     /// "Where does this shard live?"
     GetShardHome {

@@ -19,11 +19,11 @@ fn allocates_every_shard_once_all_members_reported() {
     .unwrap();
     let cmds = drain(&mut c);
     assert!(cmds.contains(&CoordinatorCommand::RequestRegistration { to: vec![node("a"), node("b")] }));
-    c.handle_register(0, &node("a"), 1, &[]);
+    c.handle_register(0, &node("a"), 1, &[], true);
     assert!(c.is_recovering(), "b has not reported");
     assert_eq!(c.shard_map().unallocated().count(), 4);
     drain(&mut c);
-    c.handle_register(1, &node("b"), 1, &[]);
+    c.handle_register(1, &node("b"), 1, &[], true);
     assert!(!c.is_recovering());
     let cmds = drain(&mut c);
     let announced: Vec<_> = cmds
@@ -81,7 +81,7 @@ fn leadership_lost_stops_everything() {
     drain(&mut c);
     c.handle_leadership_lost(3);
     assert_eq!(drain(&mut c), vec![CoordinatorCommand::Emit(DomainEvent::LeadershipLost { node: node("a"), term: 1 })]);
-    c.handle_register(4, &node("c"), 1, &[]);
+    c.handle_register(4, &node("c"), 1, &[], true);
     c.handle_timeout(1_000_000);
     assert!(drain(&mut c).is_empty());
     assert_eq!(c.poll_timeout(), None);

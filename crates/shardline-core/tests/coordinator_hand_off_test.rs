@@ -10,7 +10,7 @@ fn scale_out() -> (shardline_core::CoordinatorEngine, ShardId) {
     let mut c = coordinator(2, &["a"]);
     drain(&mut c);
     c.handle_membership(10, &view(&["a", "b"]));
-    c.handle_register(10, &node("b"), 1, &[]);
+    c.handle_register(10, &node("b"), 1, &[], true);
     let shard = c.hand_offs_in_progress().next().expect("a hand-off started");
     (c, shard)
 }

@@ -19,8 +19,8 @@ fn reports_rebuild_the_map_without_moving_anything() {
     .unwrap();
     drain(&mut c);
     let e = Epoch { term: 3, seq: 4 };
-    c.handle_register(1, &node("a"), 7, &[(ShardId(0), e)]);
-    c.handle_register(1, &node("b"), 7, &[(ShardId(1), e)]);
+    c.handle_register(1, &node("a"), 7, &[(ShardId(0), e)], true);
+    c.handle_register(1, &node("b"), 7, &[(ShardId(1), e)], true);
     assert!(!c.is_recovering());
     assert_eq!(c.shard_map().home(ShardId(0)), Some(ShardHome { owner: node("a"), epoch: e }));
     assert_eq!(c.shard_map().home(ShardId(1)), Some(ShardHome { owner: node("b"), epoch: e }));
@@ -33,7 +33,7 @@ fn stale_report_is_told_to_stop() {
     drain(&mut c);
     let home = c.shard_map().home(ShardId(0)).unwrap();
     let other = if home.owner == node("a") { node("b") } else { node("a") };
-    c.handle_register(5, &other, 1, &[(ShardId(0), Epoch { term: 0, seq: 1 })]);
+    c.handle_register(5, &other, 1, &[(ShardId(0), Epoch { term: 0, seq: 1 })], true);
     let cmds = drain(&mut c);
     assert!(cmds.contains(&CoordinatorCommand::SendHandOff {
         to: other.clone(),
@@ -59,13 +59,13 @@ fn stored_map_is_not_announced_before_its_owner_confirms() {
     )
     .unwrap();
     drain(&mut c);
-    c.handle_register(1, &node("a"), 2, &[]);
+    c.handle_register(1, &node("a"), 2, &[], true);
     let cmds = drain(&mut c);
     assert!(cmds.contains(&CoordinatorCommand::SendWelcome { to: node("a"), homes: vec![] }), "{cmds:?}");
     c.handle_get_shard_home(1, &node("a"), ShardId(0));
     assert!(drain(&mut c).is_empty(), "no answer from an unconfirmed stored entry");
     // b reports only shard 0: shard 1 was stopped, so it is reallocated with a newer epoch.
-    c.handle_register(2, &node("b"), 2, &[(ShardId(0), Epoch { term: 1, seq: 1 })]);
+    c.handle_register(2, &node("b"), 2, &[(ShardId(0), Epoch { term: 1, seq: 1 })], true);
     assert!(!c.is_recovering());
     assert_eq!(c.shard_map().home(ShardId(0)).unwrap().epoch, Epoch { term: 1, seq: 1 });
     let s1 = c.shard_map().home(ShardId(1)).unwrap();
@@ -84,7 +84,7 @@ fn silent_members_are_asked_again_while_recovering() {
         0,
     )
     .unwrap();
-    c.handle_register(0, &node("a"), 1, &[]);
+    c.handle_register(0, &node("a"), 1, &[], true);
     drain(&mut c);
     assert!(c.poll_timeout().is_some());
     c.handle_timeout(100);

@@ -30,7 +30,7 @@ fn registers_asks_then_routes() {
         cmds,
         vec![RegionCommand::SendToCoordinator {
             to: node("c"),
-            msg: ToCoordinator::Register { term: 1, hosted: vec![] }
+            msg: ToCoordinator::Register { term: 1, hosted: vec![], hosting: true }
         }]
     );
     r.handle_coordinator_message(2, &node("c"), ToRegion::Welcome { term: 1, homes: vec![] });

@@ -5,9 +5,9 @@ use crate::events::{DomainEvent, RebalanceReason};
 use crate::membership::Member;
 
 impl CoordinatorEngine {
-    /// The members that may host: right status and role, and registered with this coordinator.
+    /// The members that may host: right status and role, and registered as hosting regions.
     pub fn hosts(&self) -> Vec<Member> {
-        self.view.hosts(self.config.role.as_deref()).into_iter().filter(|m| self.regions.contains(&m.node)).collect()
+        self.view.hosts(self.config.role.as_deref()).into_iter().filter(|m| self.hosting.contains(&m.node)).collect()
     }
 
     /// Asks the strategy for a plan and carries it out: shards without a live owner are

@@ -54,8 +54,10 @@ pub struct CoordinatorEngine {
     pub(super) strategy: Box<dyn AllocationStrategy>,
     pub(super) view: MembershipView,
     pub(super) map: ShardMap,
-    /// Regions registered with this coordinator.
+    /// Regions registered with this coordinator (proxies included: they get announcements).
     pub(super) regions: BTreeSet<NodeId>,
+    /// Registered regions that host shards.
+    pub(super) hosting: BTreeSet<NodeId>,
     /// While recovering: the nodes that reported, and for each shard whether its current owner
     /// confirmed it.
     pub(super) recovery: Option<Recovery>,
@@ -109,6 +111,7 @@ impl CoordinatorEngine {
             view: MembershipView::new(),
             map,
             regions: BTreeSet::new(),
+            hosting: BTreeSet::new(),
             recovery: Some(Recovery { reported: BTreeSet::new(), confirmed, ask_again_at: now }),
             hand_offs: BTreeMap::new(),
             round: None,
@@ -260,12 +263,18 @@ impl CoordinatorEngine {
         self.after_input(now);
     }
 
-    /// A region registered for `term` and reported the shards it hosts.
-    pub fn handle_register(&mut self, now: u64, from: &NodeId, term: Term, hosted: &[(ShardId, Epoch)]) {
+    /// A region registered for `term` and reported the shards it hosts; `hosting` is false for a
+    /// proxy region, which routes but is never given shards.
+    pub fn handle_register(&mut self, now: u64, from: &NodeId, term: Term, hosted: &[(ShardId, Epoch)], hosting: bool) {
         if self.stopped || term != self.term || self.view.is_fenced(from) {
             return;
         }
         self.regions.insert(from.clone());
+        if hosting {
+            self.hosting.insert(from.clone());
+        } else {
+            self.hosting.remove(from);
+        }
         for &(shard, epoch) in hosted {
             let Some(slot) = self.map.slot(shard) else { continue };
             let (owner, known) = (slot.owner.clone(), slot.epoch);
@@ -388,6 +397,7 @@ impl CoordinatorEngine {
     fn on_fenced(&mut self, now: u64) {
         let view = &self.view;
         self.regions.retain(|r| !view.is_fenced(r));
+        self.hosting.retain(|r| !view.is_fenced(r));
         let fenced_owners: Vec<ShardId> = self
             .map
             .iter()

@@ -175,7 +175,7 @@ impl CoordinatorEngine {
     fn complete(&mut self, now: u64, shard: ShardId) {
         let Some(ho) = self.hand_offs.remove(&shard) else { return };
         let role = self.config.role.clone();
-        let to_ok = self.regions.contains(&ho.to) && self.view.get(&ho.to).is_some_and(|m| m.may_host(role.as_deref()));
+        let to_ok = self.hosting.contains(&ho.to) && self.view.get(&ho.to).is_some_and(|m| m.may_host(role.as_deref()));
         if to_ok {
             if let Some(home) = self.assign(shard, ho.to) {
                 self.emit(DomainEvent::ShardMigrated { shard, from: ho.from, to: home });

@@ -23,6 +23,8 @@ pub struct RegionConfig {
     pub retry_max_ms: u64,
     /// How often an unanswered registration is repeated (default 1 s).
     pub register_retry_ms: u64,
+    /// False for a proxy region: it routes messages but never hosts shards.
+    pub hosting: bool,
 }
 
 impl RegionConfig {
@@ -34,6 +36,7 @@ impl RegionConfig {
             retry_initial_ms: 25,
             retry_max_ms: 2_000,
             register_retry_ms: 1_000,
+            hosting: true,
         }
     }
 }
@@ -587,7 +590,8 @@ impl<M> RegionEngine<M> {
             return;
         }
         let hosted = self.hosted();
-        self.send_coordinator(ToCoordinator::Register { term: self.term, hosted });
+        let hosting = self.config.hosting;
+        self.send_coordinator(ToCoordinator::Register { term: self.term, hosted, hosting });
         self.register_at = Some(now + self.config.register_retry_ms);
     }
 

@@ -43,7 +43,7 @@ pub fn coordinator_with(shards: u32, names: &[&str], stored: Option<ShardMap>) -
     )
     .unwrap();
     for n in names {
-        c.handle_register(0, &node(n), 1, &[]);
+        c.handle_register(0, &node(n), 1, &[], true);
     }
     c
 }

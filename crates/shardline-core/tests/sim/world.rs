@@ -700,8 +700,8 @@ impl World {
                     Wire::ToCoord(m) => {
                         if let Some(c) = n.coordinator.as_mut() {
                             match m {
-                                ToCoordinator::Register { term, hosted } => {
-                                    c.handle_register(now, &from, term, &hosted)
+                                ToCoordinator::Register { term, hosted, hosting } => {
+                                    c.handle_register(now, &from, term, &hosted, hosting)
                                 }
                                 ToCoordinator::GetShardHome { shard } => c.handle_get_shard_home(now, &from, shard),
                                 ToCoordinator::BeginHandOffAck { term, shard } => {
