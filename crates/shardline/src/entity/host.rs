@@ -1,0 +1,322 @@
+//! Entities of one hosted shard: idle ones are state in a map; active ones have a task and a
+//! bounded mailbox, and go back to the map when their mailbox stays empty.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use shardline_core::{EntityId, Epoch, ShardId};
+use tokio::sync::{mpsc, Notify};
+use tokio::task::AbortHandle;
+use tracing::debug;
+
+use super::{Entity, EntityContext};
+use crate::cluster::Cluster;
+use crate::error::Error;
+use crate::sharding::envelope::{Body, Envelope};
+use crate::transport::Frame;
+
+/// How long an entity task waits for another message before its state goes back to the map.
+const LINGER: Duration = Duration::from_millis(50);
+
+enum Slot<E: Entity> {
+    Idle { state: E, since: u32 },
+    Active { tx: mpsc::Sender<Envelope<E>>, abort: AbortHandle },
+}
+
+/// What entity tasks need from their region.
+pub(crate) struct HostEnv {
+    pub cluster: Cluster,
+    pub mailbox: usize,
+    pub started: Instant,
+}
+
+impl HostEnv {
+    fn secs(&self) -> u32 {
+        self.started.elapsed().as_secs() as u32
+    }
+}
+
+pub(crate) struct ShardHost<E: Entity> {
+    pub shard: ShardId,
+    pub epoch: Epoch,
+    env: Arc<HostEnv>,
+    entities: Mutex<HashMap<EntityId, Slot<E>>>,
+    stopping: AtomicBool,
+    stop: Notify,
+    active: AtomicUsize,
+    drained: Notify,
+}
+
+impl<E: Entity> ShardHost<E> {
+    pub fn new(shard: ShardId, epoch: Epoch, env: Arc<HostEnv>) -> Arc<Self> {
+        Arc::new(ShardHost {
+            shard,
+            epoch,
+            env,
+            entities: Mutex::new(HashMap::new()),
+            stopping: AtomicBool::new(false),
+            stop: Notify::new(),
+            active: AtomicUsize::new(0),
+            drained: Notify::new(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<EntityId, Slot<E>>> {
+        self.entities.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Number of entities (idle and active).
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Hands a message to its entity, starting it if needed. Never blocks.
+    pub fn deliver(self: &Arc<Self>, env: Envelope<E>) {
+        let mut map = self.lock();
+        let id = env.entity.clone();
+        let (state, fresh) = match map.remove(&id) {
+            Some(Slot::Active { tx, abort }) => {
+                match tx.try_send(env) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(env)) => {
+                        fail(&self.env.cluster, env, Error::Overloaded(format!("mailbox of {id} is full")))
+                    }
+                    Err(mpsc::error::TrySendError::Closed(env)) => {
+                        fail(&self.env.cluster, env, Error::Unavailable(format!("{id} is stopping")))
+                    }
+                }
+                map.insert(id, Slot::Active { tx, abort });
+                return;
+            }
+            Some(Slot::Idle { state, .. }) => (state, false),
+            None => (E::new(&id), true),
+        };
+        let (tx, rx) = mpsc::channel(self.env.mailbox);
+        self.active.fetch_add(1, Ordering::AcqRel);
+        let task = tokio::spawn(run(self.clone(), id.clone(), state, fresh, rx, env));
+        map.insert(id, Slot::Active { tx, abort: task.abort_handle() });
+    }
+
+    /// Stops every entity after it finishes the messages it has: stop hooks run.
+    pub async fn stop(self: Arc<Self>) {
+        self.stopping.store(true, Ordering::Release);
+        self.stop.notify_waiters();
+        let idle: Vec<(EntityId, E)> = {
+            let mut map = self.lock();
+            let ids: Vec<EntityId> =
+                map.iter().filter(|(_, s)| matches!(s, Slot::Idle { .. })).map(|(k, _)| k.clone()).collect();
+            ids.into_iter()
+                .filter_map(|k| match map.remove(&k) {
+                    Some(Slot::Idle { state, .. }) => Some((k, state)),
+                    _ => None,
+                })
+                .collect()
+        };
+        for (id, mut state) in idle {
+            let mut ctx = self.context(id);
+            state.stopped(&mut ctx).await;
+        }
+        loop {
+            let drained = self.drained.notified();
+            if self.active.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            drained.await;
+        }
+    }
+
+    /// Stops at once: tasks are aborted, no hooks run (the node lost its right to the shard).
+    pub fn kill(&self) {
+        self.stopping.store(true, Ordering::Release);
+        let mut map = self.lock();
+        for (_, slot) in map.drain() {
+            if let Slot::Active { abort, .. } = slot {
+                abort.abort();
+            }
+        }
+    }
+
+    /// Stops entities idle for longer than `after`; returns how many.
+    pub async fn passivate_idle(&self, after: Duration) -> usize {
+        let now = self.env.secs();
+        let limit = after.as_secs() as u32;
+        let expired: Vec<(EntityId, E)> = {
+            let mut map = self.lock();
+            let ids: Vec<EntityId> = map
+                .iter()
+                .filter(|(_, s)| matches!(s, Slot::Idle { since, .. } if now.saturating_sub(*since) >= limit))
+                .map(|(k, _)| k.clone())
+                .collect();
+            ids.into_iter()
+                .filter_map(|k| match map.remove(&k) {
+                    Some(Slot::Idle { state, .. }) => Some((k, state)),
+                    _ => None,
+                })
+                .collect()
+        };
+        let n = expired.len();
+        for (id, mut state) in expired {
+            let mut ctx = self.context(id);
+            state.stopped(&mut ctx).await;
+        }
+        n
+    }
+
+    fn context(&self, id: EntityId) -> EntityContext {
+        EntityContext { id, shard: self.shard, epoch: self.epoch, passivate: false, cluster: self.env.cluster.clone() }
+    }
+
+    fn finish(&self) {
+        if self.active.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.drained.notify_waiters();
+        }
+    }
+}
+
+/// Tells the sender its message failed.
+pub(crate) fn fail<E: Entity>(cluster: &Cluster, env: Envelope<E>, err: Error) {
+    match env.body {
+        Body::Typed { reply: Some(tx), .. } => {
+            let _ = tx.send(Err(err));
+        }
+        Body::Wire { reply: Some(addr), .. } => {
+            let _ = cluster.transport().send(&addr.node, Frame::Reply { req_id: addr.req_id, result: Err(err) });
+        }
+        _ => {}
+    }
+}
+
+async fn process<E: Entity>(cluster: &Cluster, state: &mut E, ctx: &mut EntityContext, env: Envelope<E>) {
+    match env.body {
+        Body::Typed { msg, reply } => {
+            let r = state.handle(ctx, msg).await;
+            if let Some(tx) = reply {
+                let _ = tx.send(Ok(r));
+            }
+        }
+        Body::Wire { payload, reply } => {
+            let result = match postcard::from_bytes::<E::Message>(&payload) {
+                Ok(msg) => {
+                    let r = state.handle(ctx, msg).await;
+                    postcard::to_allocvec(&r).map_err(|e| Error::Rejected(format!("cannot encode reply: {e}")))
+                }
+                Err(e) => Err(Error::Rejected(format!("cannot decode message for {}: {e}", ctx.id))),
+            };
+            if let Some(addr) = reply {
+                let _ = cluster.transport().send(&addr.node, Frame::Reply { req_id: addr.req_id, result });
+            }
+        }
+    }
+}
+
+enum After<E: Entity> {
+    Next(Envelope<E>, E),
+    Stop(E),
+    Idle,
+}
+
+async fn run<E: Entity>(
+    host: Arc<ShardHost<E>>,
+    id: EntityId,
+    mut state: E,
+    fresh: bool,
+    mut rx: mpsc::Receiver<Envelope<E>>,
+    first: Envelope<E>,
+) {
+    let cluster = host.env.cluster.clone();
+    let mut ctx = host.context(id.clone());
+    if fresh {
+        state.started(&mut ctx).await;
+    }
+    let mut next = Some(first);
+    loop {
+        let env = match next.take() {
+            Some(e) => e,
+            None => match rx.try_recv() {
+                Ok(e) => e,
+                Err(_) => {
+                    let stop = host.stop.notified();
+                    tokio::pin!(stop);
+                    stop.as_mut().enable();
+                    let waited = if host.stopping.load(Ordering::Acquire) {
+                        None
+                    } else {
+                        tokio::select! {
+                            e = rx.recv() => e,
+                            _ = tokio::time::sleep(LINGER) => None,
+                            _ = &mut stop => None,
+                        }
+                    };
+                    match waited {
+                        Some(e) => e,
+                        None => {
+                            // Mailbox empty. Decide under the map lock, where nothing new can
+                            // arrive: go on, stop, or become idle state in the map again.
+                            let after = {
+                                let mut map = host.lock();
+                                match rx.try_recv() {
+                                    Ok(e) => After::Next(e, state),
+                                    Err(_) if host.stopping.load(Ordering::Acquire) => {
+                                        map.remove(&id);
+                                        After::Stop(state)
+                                    }
+                                    Err(_) => {
+                                        map.insert(id.clone(), Slot::Idle { state, since: host.env.secs() });
+                                        After::Idle
+                                    }
+                                }
+                            };
+                            match after {
+                                After::Next(e, s) => {
+                                    state = s;
+                                    e
+                                }
+                                After::Stop(mut s) => {
+                                    s.stopped(&mut ctx).await;
+                                    host.finish();
+                                    return;
+                                }
+                                After::Idle => {
+                                    host.finish();
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                }
+            },
+        };
+        process(&cluster, &mut state, &mut ctx, env).await;
+        if ctx.passivate {
+            ctx.passivate = false;
+            // The slot stays active while the stop hook runs, so new messages wait in the
+            // mailbox instead of starting a second instance.
+            state.stopped(&mut ctx).await;
+            let pending = {
+                let mut map = host.lock();
+                match rx.try_recv() {
+                    Ok(e) => Some(e),
+                    Err(_) => {
+                        map.remove(&id);
+                        None
+                    }
+                }
+            };
+            match pending {
+                None => {
+                    debug!(entity = %id, "passivated");
+                    host.finish();
+                    return;
+                }
+                Some(e) => {
+                    // Messages arrived meanwhile: start again with a fresh instance.
+                    state = E::new(&id);
+                    state.started(&mut ctx).await;
+                    next = Some(e);
+                }
+            }
+        }
+    }
+}

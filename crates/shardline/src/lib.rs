@@ -1,0 +1,48 @@
+//! # Shardline
+//!
+//! Cluster sharding for Rust: stateful entities, each named by a type and an id, live on exactly
+//! one node of a cluster; callers message them by id from any node; when nodes join, leave or
+//! die, shards of entities move without two copies ever running at once.
+//!
+//! ```no_run
+//! # use shardline::*;
+//! # use serde::{Deserialize, Serialize};
+//! # #[derive(Serialize, Deserialize)] enum Cmd { Add(i64) }
+//! # struct Counter(i64);
+//! # impl Entity for Counter {
+//! #     type Message = Cmd; type Reply = i64;
+//! #     fn new(_: &EntityId) -> Self { Counter(0) }
+//! #     async fn handle(&mut self, _: &mut EntityContext, Cmd::Add(k): Cmd) -> i64 { self.0 += k; self.0 }
+//! # }
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let cluster = Cluster::builder()
+//!     .node_name("node-1")
+//!     .bind("127.0.0.1:7101")
+//!     .membership(Seeds::new(["127.0.0.1:7101"]))
+//!     .build()
+//!     .await?;
+//! let counters = cluster.register::<Counter>(EntitySettings::new("counter").shards(256)).await?;
+//! let n = counters.entity_ref("c-42").ask(Cmd::Add(10)).await?;
+//! cluster.leave().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Layers: [`transport`] (framed TCP), [`membership`] (providers), the sharding runtime
+//! (drivers around `shardline-core`'s engines), and [`entity`] (the typed API).
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod cluster;
+pub mod entity;
+mod error;
+pub mod membership;
+pub(crate) mod sharding;
+pub mod transport;
+
+pub use cluster::{Cluster, ClusterBuilder, EntityHandle, EntityRef};
+pub use entity::{Entity, EntityContext, EntitySettings, StrategyKind};
+pub use error::{ConfigError, Error, TransportError};
+pub use membership::{ClusterView, MembershipProvider, Seeds, SeedsConfig};
+pub use shardline_core::{EntityId, NodeId, ShardId};
+pub use transport::TransportConfig;

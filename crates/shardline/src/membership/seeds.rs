@@ -1,0 +1,431 @@
+//! `Seeds`: nodes join through seed addresses and gossip membership with every heartbeat.
+//!
+//! - The leader is the oldest `Up` member this node can reach (proxies excluded); its term is
+//!   one more than any term it has seen, and travels in gossip.
+//! - Every heartbeat feeds a phi-accrual detector per member. The leader declares a member
+//!   `Down` when it has not been heard from for `down_after` (default 5 s).
+//! - A node that learns it was declared `Down` stops hosting (fenced) and must restart.
+//!
+//! **No split-brain protection.** Two sides of a partition each elect a leader and each declare
+//! the other down, so a shard can end up hosted on both sides. Use `Seeds` for development and
+//! single-host clusters; production clusters use a lease provider (etcd or NATS).
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use shardline_core::{Member, MemberStatus, MembershipView, NodeId, PhiAccrualConfig, PhiAccrualDetector};
+use tokio::sync::{mpsc, watch};
+use tracing::{info, warn};
+
+use super::{BoxFuture, ClusterView, MembershipControl, MembershipHandle, MembershipProvider, ProviderContext};
+use crate::error::ConfigError;
+use crate::transport::Frame;
+
+/// Settings of the seed-node provider.
+#[derive(Clone, Debug)]
+pub struct SeedsConfig {
+    /// How often members gossip (and so heartbeat) (default 500 ms).
+    pub heartbeat_interval: Duration,
+    /// Silence after which the leader declares a member down (default 5 s).
+    pub down_after: Duration,
+    /// Failure detector settings (default: Akka's, with a 1 s acceptable pause).
+    pub phi: PhiAccrualConfig,
+    /// How long down or removed members are remembered (default 60 s).
+    pub tombstone_ttl: Duration,
+}
+
+impl Default for SeedsConfig {
+    fn default() -> Self {
+        SeedsConfig {
+            heartbeat_interval: Duration::from_millis(500),
+            down_after: Duration::from_secs(5),
+            phi: PhiAccrualConfig {
+                acceptable_heartbeat_pause_ms: 1_000.0,
+                first_heartbeat_estimate_ms: 500.0,
+                ..PhiAccrualConfig::default()
+            },
+            tombstone_ttl: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Joins the cluster through seed addresses. See the module docs.
+#[derive(Clone, Debug)]
+pub struct Seeds {
+    seeds: Vec<String>,
+    config: SeedsConfig,
+}
+
+impl Seeds {
+    /// Seed addresses (`host:port`). A node whose own address is the only seed starts a cluster.
+    pub fn new<S: Into<String>>(seeds: impl IntoIterator<Item = S>) -> Self {
+        Seeds { seeds: seeds.into_iter().map(Into::into).collect(), config: SeedsConfig::default() }
+    }
+
+    /// With settings.
+    pub fn with_config(mut self, config: SeedsConfig) -> Self {
+        self.config = config;
+        self
+    }
+}
+
+/// One member as gossiped.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GossipMember {
+    /// The node.
+    pub node: NodeId,
+    /// Where it listens.
+    pub addr: String,
+    /// Its status.
+    pub status: MemberStatus,
+    /// Its application version.
+    pub app_version: String,
+    /// Its roles.
+    pub roles: Vec<String>,
+    /// Its weight.
+    pub weight: u32,
+    /// The term it leads with (0 when not leading).
+    pub leader_term: u64,
+}
+
+/// A gossip message: the sender's whole member list. Doubles as a heartbeat.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Gossip {
+    /// The sender.
+    pub from: NodeId,
+    /// The sender's members.
+    pub members: Vec<GossipMember>,
+}
+
+fn rank(s: MemberStatus) -> u8 {
+    match s {
+        MemberStatus::Joining => 0,
+        MemberStatus::Up => 1,
+        MemberStatus::Leaving => 2,
+        MemberStatus::Exiting => 3,
+        MemberStatus::Down => 4,
+        MemberStatus::Removed => 5,
+    }
+}
+
+enum Control {
+    Leave,
+    Exit,
+}
+
+struct ControlHandle(mpsc::UnboundedSender<Control>);
+
+impl MembershipControl for ControlHandle {
+    fn leave(&self) {
+        let _ = self.0.send(Control::Leave);
+    }
+    fn exit(&self) {
+        let _ = self.0.send(Control::Exit);
+    }
+}
+
+struct State {
+    me: NodeId,
+    config: SeedsConfig,
+    members: BTreeMap<NodeId, GossipMember>,
+    detectors: HashMap<NodeId, PhiAccrualDetector>,
+    last_heard: HashMap<NodeId, Instant>,
+    first_seen: HashMap<NodeId, Instant>,
+    fenced_at: HashMap<NodeId, Instant>,
+    max_term: u64,
+    clock: Instant,
+    heard_from_others: bool,
+    /// When this node may start a cluster alone (None: it must join one).
+    bootstrap_at: Option<Instant>,
+}
+
+impl State {
+    fn ms(&self) -> u64 {
+        self.clock.elapsed().as_millis() as u64
+    }
+
+    fn reachable(&self, node: &NodeId) -> bool {
+        if node == &self.me {
+            return true;
+        }
+        let now = self.ms();
+        match self.detectors.get(node) {
+            Some(d) => d.is_available(now),
+            None => false,
+        }
+    }
+
+    fn merge(&mut self, g: Gossip) {
+        let now = Instant::now();
+        let clock_now = self.ms();
+        self.detectors
+            .entry(g.from.clone())
+            .or_insert_with(|| PhiAccrualDetector::new(self.config.phi.clone()))
+            .heartbeat(clock_now);
+        self.last_heard.insert(g.from.clone(), now);
+        if g.from != self.me {
+            self.heard_from_others = true;
+        }
+        for m in g.members {
+            self.max_term = self.max_term.max(m.leader_term);
+            match self.members.get_mut(&m.node) {
+                Some(local) => {
+                    if rank(m.status) > rank(local.status) {
+                        local.status = m.status;
+                    }
+                    if m.node != self.me {
+                        local.leader_term = m.leader_term;
+                    }
+                }
+                None => {
+                    self.first_seen.insert(m.node.clone(), now);
+                    self.members.insert(m.node.clone(), m);
+                }
+            }
+        }
+        // A newer incarnation of a name means the older one is dead.
+        let names: Vec<(NodeId, u64)> = self.members.keys().map(|n| (n.clone(), n.incarnation)).collect();
+        for (n, inc) in &names {
+            if names.iter().any(|(o, i)| o.same_name(n) && i > inc) {
+                if let Some(m) = self.members.get_mut(n) {
+                    if rank(m.status) < rank(MemberStatus::Down) {
+                        m.status = MemberStatus::Down;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The oldest Up member this node can reach, proxies excluded. None until this node has
+    /// joined (heard from another member) or may start a cluster alone.
+    fn leader(&self) -> Option<NodeId> {
+        if !self.heard_from_others && self.bootstrap_at.is_none_or(|t| Instant::now() < t) {
+            return None;
+        }
+        self.members
+            .values()
+            .filter(|m| m.status == MemberStatus::Up && !m.roles.iter().any(|r| r == "proxy"))
+            .filter(|m| self.reachable(&m.node))
+            .map(|m| &m.node)
+            .min_by_key(|n| (n.incarnation, (*n).clone()))
+            .cloned()
+    }
+
+    /// Leader duties, term bookkeeping, tombstones.
+    fn tick(&mut self) {
+        let now = Instant::now();
+        let leader = self.leader();
+        let me = self.me.clone();
+        let i_lead = leader.as_ref() == Some(&me);
+        let my_term = self.members.get(&me).map(|m| m.leader_term).unwrap_or(0);
+        if i_lead && my_term == 0 {
+            self.max_term += 1;
+            let t = self.max_term;
+            if let Some(m) = self.members.get_mut(&me) {
+                m.leader_term = t;
+            }
+            info!(term = t, "this node leads the cluster");
+        } else if !i_lead && my_term != 0 {
+            if let Some(m) = self.members.get_mut(&me) {
+                m.leader_term = 0;
+            }
+        }
+        if i_lead {
+            let down_after = self.config.down_after;
+            let mut downs = Vec::new();
+            for m in self.members.values() {
+                if m.node == me || rank(m.status) >= rank(MemberStatus::Down) {
+                    continue;
+                }
+                let heard = self.last_heard.get(&m.node).or_else(|| self.first_seen.get(&m.node)).copied();
+                if heard.is_some_and(|h| now.duration_since(h) >= down_after) {
+                    downs.push(m.node.clone());
+                }
+            }
+            for n in downs {
+                warn!(node = %n, "declaring unreachable member down");
+                if let Some(m) = self.members.get_mut(&n) {
+                    m.status = MemberStatus::Down;
+                }
+            }
+        }
+        for m in self.members.values() {
+            if rank(m.status) >= rank(MemberStatus::Down) {
+                self.fenced_at.entry(m.node.clone()).or_insert(now);
+            }
+        }
+        let ttl = self.config.tombstone_ttl;
+        let expired: Vec<NodeId> =
+            self.fenced_at.iter().filter(|(_, t)| now.duration_since(**t) >= ttl).map(|(n, _)| n.clone()).collect();
+        for n in expired {
+            if n != me {
+                self.members.remove(&n);
+                self.detectors.remove(&n);
+                self.last_heard.remove(&n);
+                self.first_seen.remove(&n);
+                self.fenced_at.remove(&n);
+            }
+        }
+    }
+
+    fn view(&self) -> ClusterView {
+        let mut view = MembershipView::new();
+        let mut addresses = BTreeMap::new();
+        for m in self.members.values() {
+            let mut member = Member::new(m.node.clone(), m.node.incarnation)
+                .with_status(m.status)
+                .with_version(&m.app_version)
+                .with_weight(m.weight);
+            for r in &m.roles {
+                member = member.with_role(r.clone());
+            }
+            let _ = view.add(member);
+            if let Ok(a) = m.addr.parse() {
+                addresses.insert(m.node.clone(), a);
+            }
+        }
+        let leader = self.leader().and_then(|l| {
+            let term = self.members.get(&l).map(|m| m.leader_term).unwrap_or(0);
+            (term > 0).then_some((l, term))
+        });
+        let _ = view.set_leader(leader.as_ref().map(|(l, _)| l.clone()));
+        ClusterView { view, leader, addresses }
+    }
+
+    fn gossip(&self) -> Gossip {
+        Gossip { from: self.me.clone(), members: self.members.values().cloned().collect() }
+    }
+
+    fn set_own_status(&mut self, s: MemberStatus) {
+        if let Some(m) = self.members.get_mut(&self.me) {
+            if rank(s) > rank(m.status) {
+                m.status = s;
+            }
+        }
+    }
+}
+
+impl MembershipProvider for Seeds {
+    fn start(self: Box<Self>, ctx: ProviderContext) -> BoxFuture<'static, Result<MembershipHandle, ConfigError>> {
+        Box::pin(async move {
+            let mut seeds = Vec::new();
+            let mut first_is_me = self.seeds.is_empty();
+            for (i, s) in self.seeds.iter().enumerate() {
+                match tokio::net::lookup_host(s.as_str()).await {
+                    Ok(mut addrs) => {
+                        if let Some(a) = addrs.next() {
+                            if a != ctx.addr {
+                                seeds.push(a);
+                            } else if i == 0 {
+                                first_is_me = true;
+                            }
+                        }
+                    }
+                    Err(e) => return Err(ConfigError::Invalid { name: "seeds", reason: format!("{s}: {e}") }),
+                }
+            }
+            let me = ctx.me.clone();
+            let mut members = BTreeMap::new();
+            members.insert(
+                me.clone(),
+                GossipMember {
+                    node: me.clone(),
+                    addr: ctx.addr.to_string(),
+                    status: MemberStatus::Up,
+                    app_version: ctx.app_version.clone(),
+                    roles: ctx.roles.clone(),
+                    weight: ctx.weight,
+                    leader_term: 0,
+                },
+            );
+            let mut state = State {
+                me,
+                config: self.config.clone(),
+                members,
+                detectors: HashMap::new(),
+                last_heard: HashMap::new(),
+                first_seen: HashMap::new(),
+                fenced_at: HashMap::new(),
+                max_term: 0,
+                clock: Instant::now(),
+                heard_from_others: false,
+                // Only the first seed may start a cluster, after trying the other seeds for a
+                // moment (a restarted first seed must rejoin, not start a second cluster). With
+                // no other seed it starts at once, so a single node works without waiting.
+                bootstrap_at: first_is_me.then(|| {
+                    let grace = if seeds.is_empty() { Duration::ZERO } else { self.config.heartbeat_interval * 3 };
+                    Instant::now() + grace
+                }),
+            };
+            state.tick();
+            let (view_tx, views) = watch::channel(state.view());
+            let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
+            tokio::spawn(run(state, seeds, ctx, view_tx, ctl_rx));
+            let control: Arc<dyn MembershipControl> = Arc::new(ControlHandle(ctl_tx));
+            Ok(MembershipHandle { views, control })
+        })
+    }
+}
+
+async fn run(
+    mut state: State,
+    seeds: Vec<SocketAddr>,
+    mut ctx: ProviderContext,
+    view_tx: watch::Sender<ClusterView>,
+    mut ctl: mpsc::UnboundedReceiver<Control>,
+) {
+    let mut interval = tokio::time::interval(state.config.heartbeat_interval);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            g = ctx.gossip.recv() => match g {
+                Some((_, g)) => state.merge(g),
+                None => return,
+            },
+            c = ctl.recv() => match c {
+                Some(Control::Leave) => state.set_own_status(MemberStatus::Leaving),
+                Some(Control::Exit) => {
+                    state.set_own_status(MemberStatus::Exiting);
+                    state.set_own_status(MemberStatus::Removed);
+                }
+                None => return,
+            },
+            _ = interval.tick() => {
+                state.tick();
+                let g = state.gossip();
+                for m in state.members.values() {
+                    if m.node == state.me || rank(m.status) >= rank(MemberStatus::Down) {
+                        continue;
+                    }
+                    if let Ok(a) = m.addr.parse() {
+                        ctx.transport.set_address(&m.node, a);
+                    }
+                    let _ = ctx.transport.send(&m.node, Frame::Gossip(g.clone()));
+                }
+                if !state.heard_from_others {
+                    for &addr in &seeds {
+                        let t = ctx.transport.clone();
+                        let frame = Frame::Gossip(g.clone());
+                        tokio::spawn(async move {
+                            if let Err(e) = t.send_to_address(addr, frame).await {
+                                tracing::debug!(%addr, error = %e, "seed not reachable yet");
+                            }
+                        });
+                    }
+                }
+            }
+        }
+        let v = state.view();
+        view_tx.send_if_modified(|old| {
+            if *old != v {
+                *old = v;
+                true
+            } else {
+                false
+            }
+        });
+    }
+}

@@ -1,0 +1,41 @@
+//! Messages in flight inside the runtime: typed while local, bytes on the wire.
+
+use serde::{Deserialize, Serialize};
+use shardline_core::{EntityId, NodeId};
+use tokio::sync::oneshot;
+
+use crate::entity::Entity;
+use crate::error::Error;
+
+/// Where the reply of a remote ask goes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplyAddr {
+    /// The asking node.
+    pub node: NodeId,
+    /// Its request id.
+    pub req_id: u64,
+}
+
+/// A message as it crosses the network.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireEnvelope {
+    /// The target entity.
+    pub entity: EntityId,
+    /// The postcard-encoded message.
+    pub payload: Vec<u8>,
+    /// Where to reply (None for `tell`).
+    pub reply: Option<ReplyAddr>,
+}
+
+pub(crate) type ReplySender<E> = oneshot::Sender<Result<<E as Entity>::Reply, Error>>;
+
+/// A message inside a node.
+pub(crate) enum Body<E: Entity> {
+    Typed { msg: E::Message, reply: Option<ReplySender<E>> },
+    Wire { payload: Vec<u8>, reply: Option<ReplyAddr> },
+}
+
+pub(crate) struct Envelope<E: Entity> {
+    pub entity: EntityId,
+    pub body: Body<E>,
+}

@@ -1,0 +1,355 @@
+//! The region driver for one entity type: the core's `RegionEngine` behind a mutex, its
+//! commands carried out in order while the lock is held (none of them blocks), and one timer task.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use shardline_core::{
+    Epoch, NodeId, RegionCommand, RegionConfig, RegionEngine, RegionMessage, RejectReason, ShardId, Term, ToRegion,
+    TypeKey,
+};
+use tokio::sync::Notify;
+use tracing::{debug, info, warn};
+
+use super::envelope::{Body, Envelope, ReplyAddr, WireEnvelope};
+use crate::cluster::Cluster;
+use crate::entity::host::{fail, HostEnv, ShardHost};
+use crate::entity::{Entity, EntitySettings};
+use crate::error::Error;
+use crate::transport::{Frame, SendError};
+
+struct State<E: Entity> {
+    engine: RegionEngine<Envelope<E>>,
+    hosts: HashMap<ShardId, Arc<ShardHost<E>>>,
+    /// A `tell` refused while the lock was held (reported to its caller).
+    refused: Option<Error>,
+    timer_at: Option<u64>,
+}
+
+pub(crate) struct Region<E: Entity> {
+    pub type_key: TypeKey,
+    pub settings: EntitySettings,
+    cluster: Cluster,
+    env: Arc<HostEnv>,
+    state: Mutex<State<E>>,
+    wake: Arc<Notify>,
+    clock: Instant,
+}
+
+/// What the node needs from a region of any type.
+pub(crate) trait RegionDyn: Send + Sync {
+    fn on_region_frame(self: Arc<Self>, from: &NodeId, msg: RegionMessage<WireEnvelope>);
+    fn on_coordinator_frame(self: Arc<Self>, from: &NodeId, msg: ToRegion);
+    fn on_undeliverable(self: Arc<Self>, peer: &NodeId, msg: RegionMessage<WireEnvelope>);
+    fn on_link_down(self: Arc<Self>, peer: &NodeId);
+    fn on_coordinator_changed(self: Arc<Self>, node: NodeId, term: Term);
+    fn on_fenced(self: Arc<Self>);
+    fn settings(&self) -> &EntitySettings;
+    fn hosted(&self) -> Vec<(ShardId, Epoch)>;
+    fn flush_all(self: Arc<Self>);
+    fn is_settled(&self) -> bool;
+    fn fail_buffered(&self, why: &str);
+    fn homes(&self) -> Vec<Option<NodeId>>;
+    fn entity_count(&self) -> usize;
+}
+
+impl<E: Entity> Region<E> {
+    pub fn new(cluster: Cluster, settings: EntitySettings, proxy: bool) -> Arc<Self> {
+        let mut rc = RegionConfig::new(settings.shards);
+        rc.max_buffered = settings.max_buffered;
+        rc.hosting = !proxy;
+        rc.retry_initial_ms = 10;
+        rc.retry_max_ms = 1_000;
+        rc.register_retry_ms = 500;
+        let me = cluster.node_id().clone();
+        let env = Arc::new(HostEnv { cluster: cluster.clone(), mailbox: settings.mailbox, started: Instant::now() });
+        let region = Arc::new(Region {
+            type_key: TypeKey::new(&settings.type_key),
+            settings,
+            cluster,
+            env,
+            state: Mutex::new(State {
+                engine: RegionEngine::new(rc, me),
+                hosts: HashMap::new(),
+                refused: None,
+                timer_at: None,
+            }),
+            wake: Arc::new(Notify::new()),
+            clock: Instant::now(),
+        });
+        tokio::spawn(timer(Arc::downgrade(&region)));
+        if let Some(after) = region.settings.passivate_after {
+            tokio::spawn(passivation(Arc::downgrade(&region), after));
+        }
+        region
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.elapsed().as_millis() as u64
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State<E>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs one input through the engine and carries out what it asks for.
+    fn input(self: &Arc<Self>, f: impl FnOnce(&mut RegionEngine<Envelope<E>>, u64)) -> Option<Error> {
+        let now = self.now();
+        let mut st = self.lock();
+        st.refused = None;
+        f(&mut st.engine, now);
+        self.run_commands(&mut st, now);
+        let next = st.engine.poll_timeout();
+        if next.is_some_and(|t| st.timer_at.is_none_or(|cur| t < cur)) {
+            st.timer_at = next;
+            self.wake.notify_one();
+        }
+        st.refused.take()
+    }
+
+    fn run_commands(self: &Arc<Self>, st: &mut State<E>, now: u64) {
+        loop {
+            let mut returned = Vec::new();
+            let cmds: Vec<_> = st.engine.drain_commands().collect();
+            if cmds.is_empty() {
+                break;
+            }
+            for cmd in cmds {
+                match cmd {
+                    RegionCommand::Deliver { shard, msg, .. } => match st.hosts.get(&shard) {
+                        Some(h) => h.deliver(msg),
+                        None => fail(&self.cluster, msg, Error::Unavailable(format!("{shard} is not started"))),
+                    },
+                    RegionCommand::SendToRegion { to, msg } => {
+                        if let Some(wire) = self.to_wire(msg) {
+                            let frame = Frame::Region { type_key: self.type_key.clone(), msg: wire };
+                            match self.cluster.transport().send(&to, frame) {
+                                Ok(()) => {}
+                                Err(SendError::Full(Frame::Region { msg, .. })) => {
+                                    // Dropped with an error to its sender; the stream gap makes the
+                                    // receiver send later ones back, so order still holds.
+                                    if let RegionMessage::Forward { msg, .. } = msg {
+                                        fail_wire(
+                                            &self.cluster,
+                                            msg,
+                                            Error::Overloaded(format!("send queue to {to} is full")),
+                                        );
+                                    }
+                                }
+                                Err(e) => {
+                                    if let Frame::Region { msg, .. } = e.into_frame() {
+                                        returned.push((to, msg));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    RegionCommand::SendToCoordinator { to, msg } => {
+                        let _ = self
+                            .cluster
+                            .transport()
+                            .send(&to, Frame::ToCoordinator { type_key: self.type_key.clone(), msg });
+                    }
+                    RegionCommand::StartShard { shard, epoch } => {
+                        info!(type_key = %self.type_key, %shard, %epoch, node = %self.cluster.node_id(), "shard started");
+                        self.cluster.ownership_log(&self.type_key, shard, epoch, true);
+                        st.hosts.insert(shard, ShardHost::new(shard, epoch, self.env.clone()));
+                    }
+                    RegionCommand::StopShard { shard, epoch, fenced } => {
+                        let host = st.hosts.remove(&shard);
+                        if fenced {
+                            if let Some(h) = host {
+                                h.kill();
+                            }
+                            self.cluster.ownership_log(&self.type_key, shard, epoch, false);
+                            warn!(type_key = %self.type_key, %shard, "shard stopped at once (fenced)");
+                        } else {
+                            let me = self.clone();
+                            tokio::spawn(async move {
+                                if let Some(h) = host {
+                                    h.stop().await;
+                                }
+                                me.cluster.ownership_log(&me.type_key, shard, epoch, false);
+                                debug!(type_key = %me.type_key, %shard, "shard stopped");
+                                me.input(|e, now| e.handle_shard_stopped(now, shard));
+                            });
+                        }
+                    }
+                    RegionCommand::Reject { msg, reason, .. } => {
+                        let err = match reason {
+                            RejectReason::Overloaded => {
+                                Error::Overloaded(format!("{} region buffers are full", self.type_key))
+                            }
+                            RejectReason::Unavailable => {
+                                Error::Unavailable("this node cannot route the message".into())
+                            }
+                        };
+                        if matches!(msg.body, Body::Typed { reply: None, .. }) {
+                            st.refused = Some(err.clone());
+                        }
+                        fail(&self.cluster, msg, err);
+                    }
+                }
+            }
+            for (to, msg) in returned {
+                st.engine.handle_undeliverable(now, &to, from_wire(msg));
+            }
+        }
+    }
+
+    /// Converts an outgoing message to its wire form; a typed ask gets a request id.
+    fn to_wire(&self, msg: RegionMessage<Envelope<E>>) -> Option<RegionMessage<WireEnvelope>> {
+        let conv = |env: Envelope<E>| -> Option<WireEnvelope> {
+            match env.body {
+                Body::Wire { payload, reply } => Some(WireEnvelope { entity: env.entity, payload, reply }),
+                Body::Typed { msg, reply } => match postcard::to_allocvec(&msg) {
+                    Ok(payload) => {
+                        let reply = reply.map(|tx| ReplyAddr {
+                            node: self.cluster.node_id().clone(),
+                            req_id: self.cluster.pending().register(tx),
+                        });
+                        Some(WireEnvelope { entity: env.entity, payload, reply })
+                    }
+                    Err(e) => {
+                        if let Some(tx) = reply {
+                            let _ = tx.send(Err(Error::Rejected(format!("cannot encode message: {e}"))));
+                        }
+                        None
+                    }
+                },
+            }
+        };
+        Some(match msg {
+            RegionMessage::Forward { shard, epoch, seq, stream, position, msg } => {
+                RegionMessage::Forward { shard, epoch, seq, stream, position, msg: conv(msg)? }
+            }
+            RegionMessage::Bounce { shard, seq, reason, msg } => {
+                RegionMessage::Bounce { shard, seq, reason, msg: conv(msg)? }
+            }
+            RegionMessage::Flush { shard, token } => RegionMessage::Flush { shard, token },
+            RegionMessage::FlushAck { shard, token } => RegionMessage::FlushAck { shard, token },
+        })
+    }
+
+    /// Sends a message to entity `id` from this node.
+    pub fn send(self: &Arc<Self>, id: shardline_core::EntityId, body: Body<E>) -> Result<(), Error> {
+        let shard = shardline_core::shard_of(id.as_str(), self.settings.shards);
+        let env = Envelope { entity: id, body };
+        match self.input(|e, now| e.handle_send(now, shard, env)) {
+            Some(err) => Err(err),
+            None => Ok(()),
+        }
+    }
+
+    pub fn ask_timeout(&self) -> Duration {
+        self.settings.ask_timeout
+    }
+}
+
+fn from_wire<E: Entity>(msg: RegionMessage<WireEnvelope>) -> RegionMessage<Envelope<E>> {
+    let conv = |w: WireEnvelope| Envelope { entity: w.entity, body: Body::Wire { payload: w.payload, reply: w.reply } };
+    match msg {
+        RegionMessage::Forward { shard, epoch, seq, stream, position, msg } => {
+            RegionMessage::Forward { shard, epoch, seq, stream, position, msg: conv(msg) }
+        }
+        RegionMessage::Bounce { shard, seq, reason, msg } => {
+            RegionMessage::Bounce { shard, seq, reason, msg: conv(msg) }
+        }
+        RegionMessage::Flush { shard, token } => RegionMessage::Flush { shard, token },
+        RegionMessage::FlushAck { shard, token } => RegionMessage::FlushAck { shard, token },
+    }
+}
+
+fn fail_wire(cluster: &Cluster, w: WireEnvelope, err: Error) {
+    if let Some(addr) = w.reply {
+        let _ = cluster.transport().send(&addr.node, Frame::Reply { req_id: addr.req_id, result: Err(err) });
+    }
+}
+
+async fn timer<E: Entity>(region: std::sync::Weak<Region<E>>) {
+    loop {
+        let Some(r) = region.upgrade() else { return };
+        let wake = r.lock().timer_at;
+        let now = r.now();
+        let sleep = match wake {
+            Some(t) if t <= now => Duration::ZERO,
+            Some(t) => Duration::from_millis(t - now),
+            None => Duration::from_secs(1),
+        };
+        if !sleep.is_zero() {
+            let wake = r.wake.clone();
+            drop(r);
+            let notified = wake.notified();
+            tokio::select! {
+                _ = tokio::time::sleep(sleep) => {}
+                _ = notified => continue,
+            }
+        }
+        let Some(r) = region.upgrade() else { return };
+        r.lock().timer_at = None;
+        r.input(|e, now| e.handle_timeout(now));
+    }
+}
+
+async fn passivation<E: Entity>(region: std::sync::Weak<Region<E>>, after: Duration) {
+    let every = (after / 2).max(Duration::from_millis(500));
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(r) = region.upgrade() else { return };
+        let hosts: Vec<Arc<ShardHost<E>>> = r.lock().hosts.values().cloned().collect();
+        let mut n = 0;
+        for h in hosts {
+            n += h.passivate_idle(after).await;
+        }
+        if n > 0 {
+            debug!(type_key = %r.type_key, passivated = n, "idle entities stopped");
+        }
+    }
+}
+
+impl<E: Entity> RegionDyn for Region<E> {
+    fn on_region_frame(self: Arc<Self>, from: &NodeId, msg: RegionMessage<WireEnvelope>) {
+        self.input(|e, now| e.handle_region_message(now, from, from_wire(msg)));
+    }
+    fn on_coordinator_frame(self: Arc<Self>, from: &NodeId, msg: ToRegion) {
+        self.input(|e, now| e.handle_coordinator_message(now, from, msg));
+    }
+    fn on_undeliverable(self: Arc<Self>, peer: &NodeId, msg: RegionMessage<WireEnvelope>) {
+        self.input(|e, now| e.handle_undeliverable(now, peer, from_wire(msg)));
+    }
+    fn on_link_down(self: Arc<Self>, peer: &NodeId) {
+        self.input(|e, now| e.handle_link_down(now, peer));
+    }
+    fn on_coordinator_changed(self: Arc<Self>, node: NodeId, term: Term) {
+        self.input(|e, now| e.handle_coordinator_changed(now, node, term));
+    }
+    fn on_fenced(self: Arc<Self>) {
+        self.input(|e, now| e.handle_fenced(now));
+    }
+    fn settings(&self) -> &EntitySettings {
+        &self.settings
+    }
+    fn hosted(&self) -> Vec<(ShardId, Epoch)> {
+        self.lock().engine.hosted()
+    }
+    fn flush_all(self: Arc<Self>) {
+        self.input(|e, now| e.flush_all(now));
+    }
+    fn is_settled(&self) -> bool {
+        self.lock().engine.is_settled()
+    }
+    fn fail_buffered(&self, why: &str) {
+        let taken = self.lock().engine.take_buffered();
+        for (_, env) in taken {
+            fail(&self.cluster, env, Error::Unavailable(why.to_string()));
+        }
+    }
+    fn homes(&self) -> Vec<Option<NodeId>> {
+        let st = self.lock();
+        (0..self.settings.shards).map(|s| st.engine.home(ShardId(s)).map(|h| h.owner.clone())).collect()
+    }
+    fn entity_count(&self) -> usize {
+        self.lock().hosts.values().map(|h| h.len()).sum()
+    }
+}

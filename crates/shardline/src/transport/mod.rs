@@ -1,0 +1,305 @@
+//! Layer 1: framed TCP between nodes.
+//!
+//! Each node dials each peer it sends to and keeps that connection for all of its traffic to
+//! that peer (every entity type, requests and replies). It reads whatever peers send on the
+//! connections they dialed. So a pair of nodes has one connection per direction, and each is
+//! FIFO: the only ordering the sharding protocol needs (see the design notes on why not one
+//! shared socket).
+//!
+//! - **Handshake**: the dialer sends `Hello` (protocol version, cluster name, its id, the id it
+//!   expects); a mismatch is refused with a reason on both sides.
+//! - **Limits**: frames over `max_frame` bytes, undecodable frames and unknown kinds close that
+//!   connection with a logged [`TransportError`]; the node keeps running.
+//! - **Back-pressure**: each peer has a bounded queue; [`Transport::send`] fails with
+//!   [`SendError::Full`] instead of growing.
+//! - **Coalescing**: the writer drains everything queued into one buffer per syscall.
+//! - **Reconnect**: exponential backoff with jitter (1 s doubling to 30 s). While a peer cannot be
+//!   reached, its queued and new frames are handed back at once as undeliverable, so the
+//!   sharding layer can reroute them.
+
+pub mod frame;
+mod peer;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use shardline_core::NodeId;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tracing::{debug, warn};
+
+pub use frame::{Frame, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
+pub use peer::SendError;
+
+use crate::error::TransportError;
+
+/// Settings of the transport.
+#[derive(Clone, Debug)]
+pub struct TransportConfig {
+    /// Cluster name; nodes of other clusters are refused.
+    pub cluster: String,
+    /// Largest frame accepted or sent (default 8 MiB).
+    pub max_frame: usize,
+    /// Frames queued per peer before `send` fails with `Full` (default 65,536).
+    pub send_queue: usize,
+    /// First reconnect delay (default 1 s), doubling up to `backoff_max` (default 30 s).
+    pub backoff_initial: Duration,
+    /// Longest reconnect delay.
+    pub backoff_max: Duration,
+    /// Time allowed for connect plus handshake (default 2 s).
+    pub connect_timeout: Duration,
+}
+
+impl TransportConfig {
+    /// Defaults for a cluster name.
+    pub fn new(cluster: impl Into<String>) -> Self {
+        TransportConfig {
+            cluster: cluster.into(),
+            max_frame: DEFAULT_MAX_FRAME,
+            send_queue: 65_536,
+            backoff_initial: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Receives what the transport reads and notices. Called from transport tasks: implementations
+/// must not block.
+pub trait Inbound: Send + Sync + 'static {
+    /// A frame from `from`.
+    fn on_frame(&self, from: &NodeId, frame: Frame);
+    /// The connection to `peer` broke, or `peer` connected to us again (so frames it sent
+    /// earlier may be lost).
+    fn on_link_down(&self, peer: &NodeId);
+    /// A frame for `peer` could not be written at all: it was not delivered.
+    fn on_undeliverable(&self, peer: &NodeId, frame: Frame);
+}
+
+pub(crate) struct Shared {
+    pub me: NodeId,
+    pub config: TransportConfig,
+    pub handler: OnceLock<Arc<dyn Inbound>>,
+}
+
+/// The node's transport: a listener and one writer per peer.
+#[derive(Clone)]
+pub struct Transport {
+    shared: Arc<Shared>,
+    peers: Arc<Mutex<HashMap<NodeId, peer::Peer>>>,
+    tasks: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+    local_addr: SocketAddr,
+}
+
+impl Transport {
+    /// A transport for node `me` serving on a bound listener.
+    pub fn new(me: NodeId, listener: &TcpListener, config: TransportConfig) -> Result<Transport, std::io::Error> {
+        let local_addr = listener.local_addr()?;
+        let shared = Arc::new(Shared { me, config, handler: OnceLock::new() });
+        Ok(Transport { shared, peers: Arc::default(), tasks: Arc::default(), local_addr })
+    }
+
+    /// Stops accepting, closes inbound connections and drops every writer.
+    pub fn shutdown(&self) {
+        for t in self.tasks.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            t.abort();
+        }
+        self.peers.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// This node.
+    pub fn me(&self) -> &NodeId {
+        &self.shared.me
+    }
+
+    /// Starts accepting connections; frames go to `handler`.
+    pub fn start(&self, listener: TcpListener, handler: Arc<dyn Inbound>) {
+        let _ = self.shared.handler.set(handler);
+        let shared = self.shared.clone();
+        let tasks = self.tasks.clone();
+        let accept = tokio::spawn(async move {
+            loop {
+                match listener.accept().await {
+                    Ok((stream, remote)) => {
+                        let shared = shared.clone();
+                        let t = tokio::spawn(async move {
+                            if let Err(e) = serve(stream, &shared).await {
+                                debug!(%remote, error = %e, "inbound connection closed");
+                            }
+                        });
+                        let mut tasks = tasks.lock().unwrap_or_else(|e| e.into_inner());
+                        tasks.retain(|t| !t.is_finished());
+                        tasks.push(t.abort_handle());
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            }
+        });
+        self.tasks.lock().unwrap_or_else(|e| e.into_inner()).push(accept.abort_handle());
+    }
+
+    /// Where to reach `node`. Creates its writer on first use.
+    pub fn set_address(&self, node: &NodeId, addr: SocketAddr) {
+        if node == &self.shared.me {
+            return;
+        }
+        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        peers.entry(node.clone()).or_insert_with(|| peer::Peer::spawn(node.clone(), addr, self.shared.clone()));
+    }
+
+    /// Whether a writer exists for `node`.
+    pub fn knows(&self, node: &NodeId) -> bool {
+        self.peers.lock().unwrap_or_else(|e| e.into_inner()).contains_key(node)
+    }
+
+    /// Drops the writer of a node that left or died.
+    pub fn forget(&self, node: &NodeId) {
+        self.peers.lock().unwrap_or_else(|e| e.into_inner()).remove(node);
+    }
+
+    /// Queues a frame for `to`. Frames to this node itself are handed to the handler directly.
+    pub fn send(&self, to: &NodeId, frame: Frame) -> Result<(), SendError> {
+        if to == &self.shared.me {
+            if let Some(h) = self.shared.handler.get() {
+                h.on_frame(to, frame);
+            }
+            return Ok(());
+        }
+        let peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        match peers.get(to) {
+            Some(p) => p.send(frame),
+            None => Err(SendError::NoRoute(frame)),
+        }
+    }
+
+    /// Sends one frame to an address whose node is not known yet (e.g. a seed), on a short-lived
+    /// connection. Returns the node that answered.
+    pub async fn send_to_address(&self, addr: SocketAddr, frame: Frame) -> Result<NodeId, TransportError> {
+        let timeout = self.shared.config.connect_timeout;
+        let (mut stream, node) = tokio::time::timeout(timeout, dial(addr, None, &self.shared))
+            .await
+            .map_err(|_| TransportError::HandshakeTimeout)??;
+        let mut buf = Vec::new();
+        frame.encode_into(&mut buf)?;
+        stream.write_all(&buf).await?;
+        stream.flush().await?;
+        Ok(node)
+    }
+}
+
+/// Dials `addr` and completes the handshake as the dialer.
+pub(crate) async fn dial(
+    addr: SocketAddr,
+    expect: Option<&NodeId>,
+    shared: &Shared,
+) -> Result<(TcpStream, NodeId), TransportError> {
+    let mut stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let hello = Frame::Hello {
+        protocol: PROTOCOL_VERSION,
+        cluster: shared.config.cluster.clone(),
+        from: shared.me.clone(),
+        to: expect.cloned(),
+    };
+    let mut buf = Vec::new();
+    hello.encode_into(&mut buf)?;
+    stream.write_all(&buf).await?;
+    match read_frame(&mut stream, shared.config.max_frame).await? {
+        Frame::HelloOk { node } => {
+            if let Some(e) = expect {
+                if &node != e {
+                    return Err(TransportError::WrongNode { expected: e.to_string(), found: node.to_string() });
+                }
+            }
+            Ok((stream, node))
+        }
+        Frame::Refuse { reason } => Err(TransportError::Refused(reason)),
+        other => Err(TransportError::Decode(format!("expected HelloOk, got {:?}", kind(&other)))),
+    }
+}
+
+fn kind(f: &Frame) -> &'static str {
+    match f {
+        Frame::Hello { .. } => "Hello",
+        Frame::HelloOk { .. } => "HelloOk",
+        Frame::Refuse { .. } => "Refuse",
+        Frame::Gossip(_) => "Gossip",
+        Frame::ToCoordinator { .. } => "ToCoordinator",
+        Frame::ToRegion { .. } => "ToRegion",
+        Frame::Region { .. } => "Region",
+        Frame::Reply { .. } => "Reply",
+    }
+}
+
+/// Reads one length-prefixed frame, enforcing the size limit before allocating.
+pub(crate) async fn read_frame<R: AsyncReadExt + Unpin>(r: &mut R, max: usize) -> Result<Frame, TransportError> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len).await?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len > max {
+        return Err(TransportError::FrameTooLarge { len, max });
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).await?;
+    Frame::decode(&body)
+}
+
+/// Serves one inbound connection: handshake as the acceptor, then read frames until it closes.
+async fn serve(mut stream: TcpStream, shared: &Shared) -> Result<(), TransportError> {
+    stream.set_nodelay(true)?;
+    let hello = tokio::time::timeout(shared.config.connect_timeout, read_frame(&mut stream, shared.config.max_frame))
+        .await
+        .map_err(|_| TransportError::HandshakeTimeout)??;
+    let (from, refusal) = match hello {
+        Frame::Hello { protocol, cluster, from, to } => {
+            let refusal = if protocol != PROTOCOL_VERSION {
+                Some(TransportError::ProtocolMismatch { ours: PROTOCOL_VERSION, theirs: protocol })
+            } else if cluster != shared.config.cluster {
+                Some(TransportError::ClusterMismatch { ours: shared.config.cluster.clone(), theirs: cluster })
+            } else if to.as_ref().is_some_and(|t| t != &shared.me) {
+                Some(TransportError::WrongNode {
+                    expected: to.map(|t| t.to_string()).unwrap_or_default(),
+                    found: shared.me.to_string(),
+                })
+            } else {
+                None
+            };
+            (from, refusal)
+        }
+        other => (shared.me.clone(), Some(TransportError::Decode(format!("expected Hello, got {}", kind(&other))))),
+    };
+    let mut buf = Vec::new();
+    if let Some(e) = refusal {
+        warn!(peer = %from, error = %e, "refusing connection");
+        Frame::Refuse { reason: e.to_string() }.encode_into(&mut buf)?;
+        let _ = stream.write_all(&buf).await;
+        return Err(e);
+    }
+    Frame::HelloOk { node: shared.me.clone() }.encode_into(&mut buf)?;
+    stream.write_all(&buf).await?;
+    let Some(handler) = shared.handler.get() else { return Ok(()) };
+    // A new connection from a peer means its previous one (if any) broke.
+    handler.on_link_down(&from);
+    let mut reader = tokio::io::BufReader::with_capacity(64 * 1024, stream);
+    loop {
+        match read_frame(&mut reader, shared.config.max_frame).await {
+            Ok(frame) => handler.on_frame(&from, frame),
+            Err(TransportError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => {
+                warn!(peer = %from, error = %e, "closing connection");
+                metrics::counter!("shardline_transport_bad_frames_total").increment(1);
+                return Err(e);
+            }
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! The writer for one peer: a bounded queue, a connection with backoff, coalesced writes.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use shardline_core::NodeId;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+use tracing::{debug, info};
+
+use super::{dial, Frame, Shared};
+
+/// Why a frame was not queued. The frame comes back.
+#[derive(Debug)]
+pub enum SendError {
+    /// The peer's queue is full.
+    Full(Frame),
+    /// No address is known for the peer.
+    NoRoute(Frame),
+}
+
+impl SendError {
+    /// The frame that was not sent.
+    pub fn into_frame(self) -> Frame {
+        match self {
+            SendError::Full(f) | SendError::NoRoute(f) => f,
+        }
+    }
+}
+
+pub(crate) struct Peer {
+    tx: mpsc::Sender<Frame>,
+}
+
+impl Peer {
+    pub fn spawn(node: NodeId, addr: SocketAddr, shared: Arc<Shared>) -> Peer {
+        let (tx, rx) = mpsc::channel(shared.config.send_queue.max(1));
+        tokio::spawn(run(node, addr, shared, rx));
+        Peer { tx }
+    }
+
+    pub fn send(&self, frame: Frame) -> Result<(), SendError> {
+        self.tx.try_send(frame).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(f) => SendError::Full(f),
+            mpsc::error::TrySendError::Closed(f) => SendError::NoRoute(f),
+        })
+    }
+}
+
+/// Small jitter source; timing only.
+fn jitter(seed: &mut u64, max: Duration) -> Duration {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    Duration::from_millis(*seed % (max.as_millis() as u64 / 4 + 1))
+}
+
+async fn run(node: NodeId, addr: SocketAddr, shared: Arc<Shared>, mut rx: mpsc::Receiver<Frame>) {
+    let mut backoff = shared.config.backoff_initial;
+    let mut seed = node.incarnation ^ 0x9E37_79B9_7F4A_7C15 ^ u64::from(addr.port());
+    let mut buf = Vec::with_capacity(64 * 1024);
+    // Wait for the first frame before dialing.
+    let Some(mut first) = rx.recv().await else { return };
+    loop {
+        let attempt = tokio::time::timeout(shared.config.connect_timeout, dial(addr, Some(&node), &shared)).await;
+        let mut stream = match attempt {
+            Ok(Ok((s, _))) => {
+                backoff = shared.config.backoff_initial;
+                debug!(peer = %node, %addr, "connected");
+                s
+            }
+            Ok(Err(e)) => {
+                info!(peer = %node, %addr, error = %e, "cannot reach peer");
+                if !give_back_until(&node, &shared, &mut rx, Some(first), backoff).await {
+                    return;
+                }
+                backoff = (backoff * 2).min(shared.config.backoff_max) + jitter(&mut seed, backoff);
+                match rx.recv().await {
+                    Some(f) => first = f,
+                    None => return,
+                }
+                continue;
+            }
+            Err(_) => {
+                info!(peer = %node, %addr, "connect timed out");
+                if !give_back_until(&node, &shared, &mut rx, Some(first), backoff).await {
+                    return;
+                }
+                backoff = (backoff * 2).min(shared.config.backoff_max) + jitter(&mut seed, backoff);
+                match rx.recv().await {
+                    Some(f) => first = f,
+                    None => return,
+                }
+                continue;
+            }
+        };
+        // Connected: write `first`, then everything that comes, coalescing what is queued.
+        let mut next = Some(first);
+        let failed = loop {
+            let frame = match next.take() {
+                Some(f) => f,
+                None => match rx.recv().await {
+                    Some(f) => f,
+                    None => return,
+                },
+            };
+            buf.clear();
+            if frame.encode_into(&mut buf).is_err() {
+                continue;
+            }
+            while buf.len() < 256 * 1024 {
+                match rx.try_recv() {
+                    Ok(f) => {
+                        let _ = f.encode_into(&mut buf);
+                    }
+                    Err(_) => break,
+                }
+            }
+            if let Err(e) = stream.write_all(&buf).await {
+                break e;
+            }
+        };
+        info!(peer = %node, error = %failed, "connection lost");
+        if let Some(h) = shared.handler.get() {
+            h.on_link_down(&node);
+        }
+        match rx.recv().await {
+            Some(f) => first = f,
+            None => return,
+        }
+    }
+}
+
+/// Hands frames back as undeliverable (the first one, then whatever arrives) for `wait`, then
+/// reports the link down. Returns false when the peer was forgotten.
+async fn give_back_until(
+    node: &NodeId,
+    shared: &Shared,
+    rx: &mut mpsc::Receiver<Frame>,
+    first: Option<Frame>,
+    wait: Duration,
+) -> bool {
+    let Some(h) = shared.handler.get() else { return true };
+    if let Some(f) = first {
+        h.on_undeliverable(node, f);
+    }
+    h.on_link_down(node);
+    let deadline = tokio::time::sleep(wait);
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            _ = &mut deadline => return true,
+            f = rx.recv() => match f {
+                Some(f) => h.on_undeliverable(node, f),
+                None => return false,
+            },
+        }
+    }
+}
