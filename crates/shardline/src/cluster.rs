@@ -309,7 +309,7 @@ impl Cluster {
                 self.inner.transport.set_address(node, *addr);
             }
         }
-        if v.is_fenced(&self.inner.me) {
+        if v.view.get(&self.inner.me).is_some_and(|m| m.status == shardline_core::MemberStatus::Down) {
             self.fence("declared down by the cluster");
             return;
         }

@@ -126,10 +126,10 @@ impl<E: Entity> Region<E> {
                             let frame = Frame::Region { type_key: self.type_key.clone(), msg: wire };
                             match self.cluster.transport().send(&to, frame) {
                                 Ok(()) => {}
-                                Err(SendError::Full(Frame::Region { msg, .. })) => {
+                                Err(SendError::Full(f)) => {
                                     // Dropped with an error to its sender; the stream gap makes the
                                     // receiver send later ones back, so order still holds.
-                                    if let RegionMessage::Forward { msg, .. } = msg {
+                                    if let Frame::Region { msg: RegionMessage::Forward { msg, .. }, .. } = *f {
                                         fail_wire(
                                             &self.cluster,
                                             msg,

@@ -90,6 +90,9 @@ pub struct Transport {
     shared: Arc<Shared>,
     peers: Arc<Mutex<HashMap<NodeId, peer::Peer>>>,
     tasks: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+    /// Frames to this node itself: handled by their own task, in order, never re-entrantly.
+    loopback: tokio::sync::mpsc::Sender<Frame>,
+    loopback_rx: Arc<Mutex<Option<tokio::sync::mpsc::Receiver<Frame>>>>,
     local_addr: SocketAddr,
 }
 
@@ -97,8 +100,16 @@ impl Transport {
     /// A transport for node `me` serving on a bound listener.
     pub fn new(me: NodeId, listener: &TcpListener, config: TransportConfig) -> Result<Transport, std::io::Error> {
         let local_addr = listener.local_addr()?;
+        let (loopback, rx) = tokio::sync::mpsc::channel(config.send_queue.max(1));
         let shared = Arc::new(Shared { me, config, handler: OnceLock::new() });
-        Ok(Transport { shared, peers: Arc::default(), tasks: Arc::default(), local_addr })
+        Ok(Transport {
+            shared,
+            peers: Arc::default(),
+            tasks: Arc::default(),
+            loopback,
+            loopback_rx: Arc::new(Mutex::new(Some(rx))),
+            local_addr,
+        })
     }
 
     /// Stops accepting, closes inbound connections and drops every writer.
@@ -146,6 +157,17 @@ impl Transport {
             }
         });
         self.tasks.lock().unwrap_or_else(|e| e.into_inner()).push(accept.abort_handle());
+        if let Some(mut rx) = self.loopback_rx.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let shared = self.shared.clone();
+            let lo = tokio::spawn(async move {
+                while let Some(f) = rx.recv().await {
+                    if let Some(h) = shared.handler.get() {
+                        h.on_frame(&shared.me, f);
+                    }
+                }
+            });
+            self.tasks.lock().unwrap_or_else(|e| e.into_inner()).push(lo.abort_handle());
+        }
     }
 
     /// Where to reach `node`. Creates its writer on first use.
@@ -167,18 +189,18 @@ impl Transport {
         self.peers.lock().unwrap_or_else(|e| e.into_inner()).remove(node);
     }
 
-    /// Queues a frame for `to`. Frames to this node itself are handed to the handler directly.
+    /// Queues a frame for `to` (this node included).
     pub fn send(&self, to: &NodeId, frame: Frame) -> Result<(), SendError> {
         if to == &self.shared.me {
-            if let Some(h) = self.shared.handler.get() {
-                h.on_frame(to, frame);
-            }
-            return Ok(());
+            return self.loopback.try_send(frame).map_err(|e| match e {
+                tokio::sync::mpsc::error::TrySendError::Full(f) => SendError::Full(Box::new(f)),
+                tokio::sync::mpsc::error::TrySendError::Closed(f) => SendError::NoRoute(Box::new(f)),
+            });
         }
         let peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
         match peers.get(to) {
             Some(p) => p.send(frame),
-            None => Err(SendError::NoRoute(frame)),
+            None => Err(SendError::NoRoute(Box::new(frame))),
         }
     }
 

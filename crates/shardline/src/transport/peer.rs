@@ -15,16 +15,16 @@ use super::{dial, Frame, Shared};
 #[derive(Debug)]
 pub enum SendError {
     /// The peer's queue is full.
-    Full(Frame),
+    Full(Box<Frame>),
     /// No address is known for the peer.
-    NoRoute(Frame),
+    NoRoute(Box<Frame>),
 }
 
 impl SendError {
     /// The frame that was not sent.
     pub fn into_frame(self) -> Frame {
         match self {
-            SendError::Full(f) | SendError::NoRoute(f) => f,
+            SendError::Full(f) | SendError::NoRoute(f) => *f,
         }
     }
 }
@@ -42,8 +42,8 @@ impl Peer {
 
     pub fn send(&self, frame: Frame) -> Result<(), SendError> {
         self.tx.try_send(frame).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(f) => SendError::Full(f),
-            mpsc::error::TrySendError::Closed(f) => SendError::NoRoute(f),
+            mpsc::error::TrySendError::Full(f) => SendError::Full(Box::new(f)),
+            mpsc::error::TrySendError::Closed(f) => SendError::NoRoute(Box::new(f)),
         })
     }
 }

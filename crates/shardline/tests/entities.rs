@@ -1,0 +1,93 @@
+//! Entity lifecycle: passivation (idle and explicit), bounded mailboxes and buffers.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::*;
+use shardline::{Cluster, EntitySettings, Error};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explicit_passivation_stops_and_the_next_message_restarts() {
+    let (_c, h) = node("p1", None).await;
+    let e = h.entity_ref("pass-me");
+    e.ask(Cmd::Append(1)).await.unwrap();
+    let stopped = STOPPED.load(Ordering::Relaxed);
+    assert_eq!(e.ask(Cmd::Passivate).await.unwrap(), vec![1]);
+    eventually("stop hook ran", Duration::from_secs(10), || STOPPED.load(Ordering::Relaxed) > stopped).await;
+    // A fresh instance (no persistence): the old state is gone.
+    assert_eq!(e.ask(Cmd::Get).await.unwrap(), Vec::<u64>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_entities_are_passivated() {
+    logs();
+    let c = Cluster::builder().cluster_name("idle").build().await.unwrap();
+    let h =
+        c.register::<Log>(EntitySettings::new("log").shards(8).passivate_after(Duration::from_secs(1))).await.unwrap();
+    for i in 0..20 {
+        h.entity_ref(format!("i{i}")).ask(Cmd::Append(i)).await.unwrap();
+    }
+    assert_eq!(h.local_entities(), 20);
+    let h2 = h.clone();
+    eventually("idle entities passivated", Duration::from_secs(20), move || h2.local_entities() == 0).await;
+    assert_eq!(h.entity_ref("i3").ask(Cmd::Get).await.unwrap(), Vec::<u64>::new(), "restarted on demand");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_mailbox_is_overloaded_not_unbounded() {
+    logs();
+    let c = Cluster::builder().cluster_name("mbox").build().await.unwrap();
+    let h = c.register::<Log>(EntitySettings::new("log").shards(4).mailbox(2)).await.unwrap();
+    let e = h.entity_ref("busy");
+    e.ask(Cmd::Get).await.unwrap();
+    // One slow message in progress, then more than the mailbox holds.
+    let slow = {
+        let e = e.clone();
+        tokio::spawn(async move { e.ask(Cmd::Sleep(500)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut overloaded = 0;
+    let mut waiting = Vec::new();
+    for i in 0..10 {
+        let e = e.clone();
+        waiting.push(tokio::spawn(async move { e.ask(Cmd::Append(i)).await }));
+    }
+    for w in waiting {
+        if let Err(Error::Overloaded(_)) = w.await.unwrap() {
+            overloaded += 1;
+        }
+    }
+    slow.await.unwrap().unwrap();
+    assert!(overloaded >= 7, "only {overloaded} of 10 refused with a mailbox of 2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn region_buffer_is_bounded() {
+    // A proxy alone has nowhere to route: its buffer fills, then callers get Overloaded.
+    logs();
+    let c = Cluster::builder().cluster_name("buf").proxy().build().await.unwrap();
+    let h = c.register::<Log>(EntitySettings::new("log").shards(4).max_buffered(5)).await.unwrap();
+    let mut results = Vec::new();
+    for i in 0..8 {
+        results.push(h.entity_ref(format!("x{i}")).tell(Cmd::Append(1)));
+    }
+    let refused = results.iter().filter(|r| matches!(r, Err(Error::Overloaded(_)))).count();
+    assert_eq!(refused, 3);
+    let r = h.entity_ref("y").ask_timeout(Cmd::Get, Duration::from_millis(200)).await;
+    assert!(matches!(r, Err(Error::Overloaded(_))), "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registration_errors_are_typed() {
+    let c = Cluster::builder().cluster_name("reg").build().await.unwrap();
+    c.register::<Log>(EntitySettings::new("log")).await.unwrap();
+    assert!(matches!(
+        c.register::<Log>(EntitySettings::new("log")).await,
+        Err(shardline::ConfigError::DuplicateType(_))
+    ));
+    assert!(c.register::<Log>(EntitySettings::new("other").shards(0)).await.is_err());
+    let bad = Cluster::builder().bind("not-an-address").build().await;
+    assert!(matches!(bad, Err(shardline::ConfigError::Bind { .. })));
+}

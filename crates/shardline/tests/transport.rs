@@ -1,0 +1,92 @@
+//! Bad input on the wire: handshake mismatches, oversized and garbage frames. The node refuses or
+//! closes that connection and keeps serving.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use shardline::transport::{Frame, PROTOCOL_VERSION};
+use shardline::NodeId;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+async fn hello(addr: std::net::SocketAddr, protocol: u32, cluster: &str) -> Frame {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let mut buf = Vec::new();
+    Frame::Hello { protocol, cluster: cluster.into(), from: NodeId::new("probe", 1), to: None }
+        .encode_into(&mut buf)
+        .unwrap();
+    s.write_all(&buf).await.unwrap();
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).await.unwrap();
+    let mut body = vec![0; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut body).await.unwrap();
+    Frame::decode(&body).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handshake_mismatches_are_refused_with_a_reason() {
+    let (c, h) = node("t1", None).await;
+    let addr = c.local_addr();
+    match hello(addr, PROTOCOL_VERSION + 1, "test").await {
+        Frame::Refuse { reason } => assert!(reason.contains("protocol version"), "{reason}"),
+        other => panic!("expected Refuse, got {other:?}"),
+    }
+    match hello(addr, PROTOCOL_VERSION, "another-cluster").await {
+        Frame::Refuse { reason } => assert!(reason.contains("cluster name"), "{reason}"),
+        other => panic!("expected Refuse, got {other:?}"),
+    }
+    assert!(matches!(hello(addr, PROTOCOL_VERSION, "test").await, Frame::HelloOk { .. }));
+    // Still serving.
+    assert_eq!(h.entity_ref("x").ask(Cmd::Append(5)).await.unwrap(), vec![5]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_and_garbage_frames_close_only_that_connection() {
+    let (c, h) = node("t2", None).await;
+    let addr = c.local_addr();
+    // Oversized: a length over 8 MiB is refused before anything is allocated.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(&(64u32 * 1024 * 1024).to_be_bytes()).await.unwrap();
+    let mut byte = [0u8; 1];
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut byte)).await.unwrap().unwrap_or(0);
+    assert_eq!(n, 0, "connection closed");
+    // Garbage after a valid handshake.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let mut buf = Vec::new();
+    Frame::Hello { protocol: PROTOCOL_VERSION, cluster: "test".into(), from: NodeId::new("probe", 2), to: None }
+        .encode_into(&mut buf)
+        .unwrap();
+    s.write_all(&buf).await.unwrap();
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).await.unwrap();
+    let mut ok = vec![0; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut ok).await.unwrap();
+    s.write_all(&[0, 0, 0, 6, 250, 251, 252, 253, 254, 255]).await.unwrap();
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut byte)).await.unwrap().unwrap_or(0);
+    assert_eq!(n, 0, "connection closed after an unknown frame kind");
+    // The node keeps serving.
+    assert_eq!(h.entity_ref("y").ask(Cmd::Append(7)).await.unwrap(), vec![7]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashed_node_is_downed_and_its_shards_move() {
+    let (a, ha) = node("k1", None).await;
+    let seed = Some(a.local_addr());
+    let (b, _hb) = node("k2", seed).await;
+    all_homed(&ha).await;
+    let ha2 = ha.clone();
+    eventually("k2 hosts shards", Duration::from_secs(30), move || {
+        ha2.shard_homes().iter().any(|o| o.as_ref().is_some_and(|n| &*n.name == "k2"))
+    })
+    .await;
+    b.crash();
+    // After the down timeout (5 s) every shard lives on k1 again and answers.
+    let ha3 = ha.clone();
+    eventually("shards moved off the crashed node", Duration::from_secs(30), move || ha3.hosted_shards().len() == 32)
+        .await;
+    for i in 0..40 {
+        ha.entity_ref(format!("z{i}")).ask(Cmd::Append(1)).await.unwrap();
+    }
+}
