@@ -48,6 +48,8 @@ pub enum ToCoordinator {
         shard: ShardId,
         /// The epoch at which it was hosted.
         epoch: Epoch,
+        /// The entities' state for the next owner (opaque to the core), on a planned hand-off.
+        handover: Option<Vec<u8>>,
     },
 }
 
@@ -81,6 +83,18 @@ pub enum ToRegion {
         /// The shard.
         shard: ShardId,
     },
+    /// To the new owner, just before the announcement of its new home: the state the previous
+    /// owner handed over.
+    Handover {
+        /// Coordinator term.
+        term: Term,
+        /// The shard.
+        shard: ShardId,
+        /// The epoch of the new allocation.
+        epoch: Epoch,
+        /// The state.
+        data: Vec<u8>,
+    },
     /// To the owner: stop the shard (let messages in progress finish), then say `ShardStopped`.
     HandOff {
         /// Coordinator term.
@@ -100,6 +114,7 @@ impl ToRegion {
             | ToRegion::Welcome { term, .. }
             | ToRegion::ShardHomes { term, .. }
             | ToRegion::BeginHandOff { term, .. }
+            | ToRegion::Handover { term, .. }
             | ToRegion::HandOff { term, .. } => *term,
         }
     }

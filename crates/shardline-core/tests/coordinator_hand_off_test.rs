@@ -32,13 +32,18 @@ fn begin_hand_off_then_hand_off_then_announce() {
     assert_eq!(drain(&mut c), vec![CoordinatorCommand::SendHandOff { to: node("a"), shard: s, epoch }]);
     // Until ShardStopped, the map does not change.
     assert_eq!(c.shard_map().owner(s), Some(&node("a")));
-    c.handle_shard_stopped(13, &node("a"), s, epoch);
+    c.handle_shard_stopped(13, &node("a"), s, epoch, Some(b"state".to_vec()));
     let home = ShardHome { owner: node("b"), epoch: Epoch { term: 1, seq: epoch.seq + 1 } };
     let cmds = drain(&mut c);
-    assert!(cmds.contains(&CoordinatorCommand::AnnounceShardHomes {
-        to: vec![node("a"), node("b")],
-        homes: vec![(s, home.clone())]
-    }));
+    let handover =
+        CoordinatorCommand::SendHandover { to: node("b"), shard: s, epoch: home.epoch, data: b"state".to_vec() };
+    let announce =
+        CoordinatorCommand::AnnounceShardHomes { to: vec![node("a"), node("b")], homes: vec![(s, home.clone())] };
+    let pos = |c: &CoordinatorCommand| cmds.iter().position(|x| x == c);
+    assert!(
+        pos(&handover).unwrap() < pos(&announce).unwrap(),
+        "the state reaches the new owner before its home is announced"
+    );
     assert!(cmds.contains(&CoordinatorCommand::Emit(DomainEvent::ShardMigrated {
         shard: s,
         from: node("a"),
@@ -111,8 +116,8 @@ fn shard_stopped_from_wrong_node_or_epoch_is_ignored() {
     c.handle_begin_hand_off_ack(11, &node("b"), 1, s);
     let epoch = c.shard_map().slot(s).unwrap().epoch;
     drain(&mut c);
-    c.handle_shard_stopped(12, &node("b"), s, epoch);
-    c.handle_shard_stopped(12, &node("a"), s, Epoch { term: 0, seq: 9 });
+    c.handle_shard_stopped(12, &node("b"), s, epoch, None);
+    c.handle_shard_stopped(12, &node("a"), s, Epoch { term: 0, seq: 9 }, None);
     assert!(drain(&mut c).is_empty());
     assert_eq!(c.shard_map().owner(s), Some(&node("a")));
 }

@@ -105,15 +105,16 @@ fn owner_stops_then_reports_and_never_rehosts_that_epoch() {
             ..
         }]
     ));
-    r.handle_shard_stopped(5, S);
+    r.handle_shard_stopped(5, S, Some(vec![7]));
     assert_eq!(
         rdrain(&mut r),
         vec![RegionCommand::SendToCoordinator {
             to: node("c"),
-            msg: ToCoordinator::ShardStopped { term: 1, shard: S, epoch: e(1) }
+            msg: ToCoordinator::ShardStopped { term: 1, shard: S, epoch: e(1), handover: Some(vec![7]) }
         }]
     );
-    // A repeated HandOff is answered again; an old announcement of epoch 1 does not restart it.
+    // A repeated HandOff is answered again (with the state); an old announcement of epoch 1
+    // does not restart it.
     r.handle_coordinator_message(6, &node("c"), ToRegion::HandOff { term: 1, shard: S, epoch: e(1) });
     home(&mut r, "a", 1);
     let cmds = rdrain(&mut r);

@@ -62,7 +62,7 @@ fn own_shard_starts_and_delivers_locally() {
     let mut r = region("a", 4);
     r.handle_coordinator_message(0, &node("c"), homes(&[(1, "a", 3)]));
     let cmds = rdrain(&mut r);
-    assert!(cmds.contains(&RegionCommand::StartShard { shard: ShardId(1), epoch: e(3) }));
+    assert!(cmds.contains(&RegionCommand::StartShard { shard: ShardId(1), epoch: e(3), handover: None }));
     r.handle_send(1, ShardId(1), 5);
     assert_eq!(rdrain(&mut r), vec![RegionCommand::Deliver { shard: ShardId(1), epoch: e(3), msg: 5 }]);
     assert_eq!(r.hosted(), vec![(ShardId(1), e(3))]);

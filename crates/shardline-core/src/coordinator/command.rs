@@ -52,6 +52,18 @@ pub enum CoordinatorCommand {
         /// The epoch it hosts the shard at.
         epoch: Epoch,
     },
+    /// Give the new owner the state its previous owner handed over (sent before the
+    /// announcement, on the same link, so it arrives first).
+    SendHandover {
+        /// The new owner.
+        to: NodeId,
+        /// The shard.
+        shard: ShardId,
+        /// The new epoch.
+        epoch: Epoch,
+        /// The state.
+        data: Vec<u8>,
+    },
     /// Store the changed entries of the map, with compare-and-set on the version where the
     /// store supports it (`version` is the map version after the change).
     PersistShardMap {
@@ -83,6 +95,9 @@ impl CoordinatorCommand {
             }
             CoordinatorCommand::SendBeginHandOff { to, shard } => {
                 to.iter().map(|n| (n.clone(), ToRegion::BeginHandOff { term, shard: *shard })).collect()
+            }
+            CoordinatorCommand::SendHandover { to, shard, epoch, data } => {
+                vec![(to.clone(), ToRegion::Handover { term, shard: *shard, epoch: *epoch, data: data.clone() })]
             }
             CoordinatorCommand::SendHandOff { to, shard, epoch } => {
                 vec![(to.clone(), ToRegion::HandOff { term, shard: *shard, epoch: *epoch })]

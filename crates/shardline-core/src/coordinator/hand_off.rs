@@ -69,7 +69,15 @@ impl CoordinatorEngine {
 
     /// A region stopped `shard`, hosted at `epoch`. Accepted from any term: it is a fact about the
     /// region, which never hosts the shard at that epoch again.
-    pub fn handle_shard_stopped(&mut self, now: u64, from: &NodeId, shard: ShardId, epoch: Epoch) {
+    /// `handover` is the entities' state for the next owner, if the region sent any.
+    pub fn handle_shard_stopped(
+        &mut self,
+        now: u64,
+        from: &NodeId,
+        shard: ShardId,
+        epoch: Epoch,
+        handover: Option<Vec<u8>>,
+    ) {
         if self.stopped {
             return;
         }
@@ -78,7 +86,7 @@ impl CoordinatorEngine {
             return;
         }
         if self.hand_offs.get(&shard).is_some_and(|h| &h.from == from) {
-            self.complete(now, shard);
+            self.complete(now, shard, handover);
         } else {
             // Stopped without a hand-off of ours (one of an earlier coordinator): it is free.
             if self.map.unassign(shard).unwrap_or(None).is_some() {
@@ -152,7 +160,7 @@ impl CoordinatorEngine {
         self.commands.push_back(CoordinatorCommand::SendHandOff { to, shard, epoch });
         #[cfg(feature = "fault-injection")]
         if self.config.fault_skip_wait_for_shard_stopped {
-            self.complete(now, shard);
+            self.complete(now, shard, None);
         }
     }
 
@@ -161,7 +169,7 @@ impl CoordinatorEngine {
         let Some(ho) = self.hand_offs.get_mut(&shard) else { return };
         if self.view.is_fenced(&ho.from) {
             // The owner is known stopped: the move may complete without ShardStopped.
-            self.complete(now, shard);
+            self.complete(now, shard, None);
             return;
         }
         if let Phase::Begin { pending } = &mut ho.phase {
@@ -172,11 +180,15 @@ impl CoordinatorEngine {
     }
 
     /// Records the move: S → (to, new epoch), or back to the pool when `to` can no longer host.
-    fn complete(&mut self, now: u64, shard: ShardId) {
+    fn complete(&mut self, now: u64, shard: ShardId, handover: Option<Vec<u8>>) {
         let Some(ho) = self.hand_offs.remove(&shard) else { return };
         let role = self.config.role.clone();
         let to_ok = self.hosting.contains(&ho.to) && self.view.get(&ho.to).is_some_and(|m| m.may_host(role.as_deref()));
         if to_ok {
+            let epoch = self.map.slot(shard).map(|s| s.epoch.next(self.term)).unwrap_or_default();
+            if let Some(data) = handover {
+                self.commands.push_back(CoordinatorCommand::SendHandover { to: ho.to.clone(), shard, epoch, data });
+            }
             if let Some(home) = self.assign(shard, ho.to) {
                 self.emit(DomainEvent::ShardMigrated { shard, from: ho.from, to: home });
             }

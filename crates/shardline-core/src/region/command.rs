@@ -42,12 +42,15 @@ pub enum RegionCommand<M> {
         /// The message.
         msg: ToCoordinator,
     },
-    /// This node now hosts `shard` at `epoch` (entities start on demand).
+    /// This node now hosts `shard` at `epoch` (entities start on demand, from the handed-over
+    /// state when there is one).
     StartShard {
         /// The shard.
         shard: ShardId,
         /// Its epoch.
         epoch: Epoch,
+        /// State handed over by the previous owner.
+        handover: Option<Vec<u8>>,
     },
     /// Stop every entity of `shard`, then call
     /// [`RegionEngine::handle_shard_stopped`](crate::RegionEngine::handle_shard_stopped).

@@ -351,6 +351,13 @@ impl<M> RegionEngine<M> {
                     self.pump(now, shard);
                 }
             }
+            ToRegion::Handover { shard, epoch, data, .. } => {
+                if let Some(s) = self.shards.get_mut(shard.index()) {
+                    if epoch > s.seen {
+                        s.handover_in = Some((epoch, data));
+                    }
+                }
+            }
             ToRegion::HandOff { shard, epoch, term } => {
                 let Some(s) = self.shards.get_mut(shard.index()) else { return };
                 match s.hosted {
@@ -359,20 +366,25 @@ impl<M> RegionEngine<M> {
                         self.commands.push_back(RegionCommand::StopShard { shard, epoch: e, fenced: false });
                     }
                     Hosted::Stopping(e) if e == epoch => {}
-                    _ => self.send_coordinator(ToCoordinator::ShardStopped { term, shard, epoch }),
+                    _ => {
+                        let handover = s.handover_out.as_ref().filter(|(e, _)| *e == epoch).map(|(_, d)| d.clone());
+                        self.send_coordinator(ToCoordinator::ShardStopped { term, shard, epoch, handover })
+                    }
                 }
             }
         }
     }
 
-    /// The driver stopped every entity of `shard` (after [`RegionCommand::StopShard`]).
-    pub fn handle_shard_stopped(&mut self, now: u64, shard: ShardId) {
+    /// The driver stopped every entity of `shard` (after [`RegionCommand::StopShard`]);
+    /// `handover` is their state for the next owner, if the entity type hands state over.
+    pub fn handle_shard_stopped(&mut self, now: u64, shard: ShardId, handover: Option<Vec<u8>>) {
         let Some(s) = self.shards.get_mut(shard.index()) else { return };
         if let Hosted::Stopping(epoch) = s.hosted {
             s.hosted = Hosted::No;
             s.stopped_at = s.stopped_at.max(epoch);
+            s.handover_out = handover.clone().map(|d| (epoch, d));
             let term = self.term;
-            self.send_coordinator(ToCoordinator::ShardStopped { term, shard, epoch });
+            self.send_coordinator(ToCoordinator::ShardStopped { term, shard, epoch, handover });
             self.pump(now, shard);
         }
     }
@@ -546,7 +558,8 @@ impl<M> RegionEngine<M> {
         if home.owner == me && home.epoch <= s.stopped_at {
             // We stopped it at that epoch: say so again, so the coordinator frees the shard.
             let term = self.term;
-            self.send_coordinator(ToCoordinator::ShardStopped { term, shard, epoch: home.epoch });
+            let handover = s.handover_out.as_ref().filter(|(e, _)| *e == home.epoch).map(|(_, d)| d.clone());
+            self.send_coordinator(ToCoordinator::ShardStopped { term, shard, epoch: home.epoch, handover });
             return;
         }
         if home.epoch > s.seen {
@@ -570,7 +583,8 @@ impl<M> RegionEngine<M> {
             Hosted::Active(e) if e < home.epoch => s.hosted = Hosted::Active(home.epoch),
             Hosted::No if home.owner == me => {
                 s.hosted = Hosted::Active(home.epoch);
-                self.commands.push_back(RegionCommand::StartShard { shard, epoch: home.epoch });
+                let handover = s.handover_in.take().filter(|(e, _)| *e == home.epoch).map(|(_, d)| d);
+                self.commands.push_back(RegionCommand::StartShard { shard, epoch: home.epoch, handover });
             }
             _ => {}
         }

@@ -39,6 +39,10 @@ pub(crate) struct ShardState<M> {
     /// Re-asking the coordinator: attempt number and when.
     pub attempt: u32,
     pub ask_at: Option<u64>,
+    /// State handed over for the allocation at this epoch, until it starts here.
+    pub handover_in: Option<(Epoch, Vec<u8>)>,
+    /// What this node handed over when it last stopped the shard (resent if asked again).
+    pub handover_out: Option<(Epoch, Vec<u8>)>,
     /// Waiting messages with their sequence numbers, ascending.
     pub buffer: VecDeque<(u64, M)>,
 }
@@ -59,6 +63,8 @@ impl<M> Default for ShardState<M> {
             stream_open: false,
             attempt: 0,
             ask_at: None,
+            handover_in: None,
+            handover_out: None,
             buffer: VecDeque::new(),
         }
     }

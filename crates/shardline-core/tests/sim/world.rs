@@ -469,7 +469,11 @@ impl World {
             }
             RegionCommand::SendToRegion { to, msg } => self.send(id, &to, Wire::Region(msg)),
             RegionCommand::SendToCoordinator { to, msg } => self.send(id, &to, Wire::ToCoord(msg)),
-            RegionCommand::StartShard { .. } => {}
+            RegionCommand::StartShard { shard, handover, .. } => {
+                if handover.as_ref().is_some_and(|h| h[..] != shard.0.to_be_bytes()) {
+                    self.ledger.violations.push(format!("t={now} handover of another shard reached {shard}"));
+                }
+            }
             RegionCommand::StopShard { shard, fenced, .. } => {
                 let n = self.nodes.get_mut(id).expect("node exists");
                 if fenced {
@@ -533,7 +537,8 @@ impl World {
                 n.entities.remove(&k);
                 self.live.remove(&k);
             }
-            n.region.handle_shard_stopped(now, shard);
+            // The shard's number stands for its entities' state: it must reach the next owner.
+            n.region.handle_shard_stopped(now, shard, Some(shard.0.to_be_bytes().to_vec()));
         }
         if again {
             let at = now + self.rng.range(1, 6);
@@ -707,8 +712,8 @@ impl World {
                                 ToCoordinator::BeginHandOffAck { term, shard } => {
                                     c.handle_begin_hand_off_ack(now, &from, term, shard)
                                 }
-                                ToCoordinator::ShardStopped { shard, epoch, .. } => {
-                                    c.handle_shard_stopped(now, &from, shard, epoch)
+                                ToCoordinator::ShardStopped { shard, epoch, handover, .. } => {
+                                    c.handle_shard_stopped(now, &from, shard, epoch, handover)
                                 }
                             }
                         }

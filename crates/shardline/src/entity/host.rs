@@ -47,6 +47,8 @@ pub(crate) struct ShardHost<E: Entity> {
     stop: Notify,
     active: AtomicUsize,
     drained: Notify,
+    /// State handed over by entities stopped for a hand-off.
+    handed: Mutex<Vec<(String, Vec<u8>)>>,
 }
 
 impl<E: Entity> ShardHost<E> {
@@ -60,7 +62,36 @@ impl<E: Entity> ShardHost<E> {
             stop: Notify::new(),
             active: AtomicUsize::new(0),
             drained: Notify::new(),
+            handed: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Restores entities from the state the previous owner handed over.
+    pub fn restore(&self, data: &[u8]) -> usize {
+        let list: Vec<(String, Vec<u8>)> = match postcard::from_bytes(data) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(shard = %self.shard, error = %e, "handed-over state cannot be decoded: entities start fresh");
+                return 0;
+            }
+        };
+        let now = self.env.secs();
+        let mut map = self.lock();
+        let mut n = 0;
+        for (id, bytes) in list {
+            let id = EntityId::new(id);
+            if let Some(state) = E::take_over(&id, &bytes) {
+                map.insert(id, Slot::Idle { state, since: now });
+                n += 1;
+            }
+        }
+        n
+    }
+
+    fn hand_over(&self, id: &EntityId, state: &E) {
+        if let Some(bytes) = state.hand_over() {
+            self.handed.lock().unwrap_or_else(|e| e.into_inner()).push((id.as_str().to_string(), bytes));
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<EntityId, Slot<E>>> {
@@ -99,8 +130,9 @@ impl<E: Entity> ShardHost<E> {
         map.insert(id, Slot::Active { tx, abort: task.abort_handle() });
     }
 
-    /// Stops every entity after it finishes the messages it has: stop hooks run.
-    pub async fn stop(self: Arc<Self>) {
+    /// Stops every entity after it finishes the messages it has: stop hooks run. Returns the
+    /// state they hand over, encoded, if any.
+    pub async fn stop(self: Arc<Self>) -> Option<Vec<u8>> {
         self.stopping.store(true, Ordering::Release);
         self.stop.notify_waiters();
         let idle: Vec<(EntityId, E)> = {
@@ -115,8 +147,9 @@ impl<E: Entity> ShardHost<E> {
                 .collect()
         };
         for (id, mut state) in idle {
-            let mut ctx = self.context(id);
+            let mut ctx = self.context(id.clone());
             state.stopped(&mut ctx).await;
+            self.hand_over(&id, &state);
         }
         loop {
             let drained = self.drained.notified();
@@ -125,6 +158,11 @@ impl<E: Entity> ShardHost<E> {
             }
             drained.await;
         }
+        let handed = std::mem::take(&mut *self.handed.lock().unwrap_or_else(|e| e.into_inner()));
+        if handed.is_empty() {
+            return None;
+        }
+        postcard::to_allocvec(&handed).ok()
     }
 
     /// Stops at once: tasks are aborted, no hooks run (the node lost its right to the shard).
@@ -275,6 +313,7 @@ async fn run<E: Entity>(
                                 }
                                 After::Stop(mut s) => {
                                     s.stopped(&mut ctx).await;
+                                    host.hand_over(&id, &s);
                                     host.finish();
                                     return;
                                 }

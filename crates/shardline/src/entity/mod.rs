@@ -57,6 +57,18 @@ pub trait Entity: Sized + Send + 'static {
     fn stopped(&mut self, _ctx: &mut EntityContext) -> impl Future<Output = ()> + Send {
         async {}
     }
+
+    /// State to carry to the next owner when the entity's shard moves by hand-off (rebalance,
+    /// graceful leave), taken after `stopped`. The default, None, starts the entity fresh there
+    /// (the usual choice for entities that keep their state in a journal).
+    fn hand_over(&self) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// Rebuilds an entity on the new owner from what [`hand_over`](Self::hand_over) returned.
+    fn take_over(_id: &EntityId, _data: &[u8]) -> Option<Self> {
+        None
+    }
 }
 
 /// What an entity knows about itself while it runs.

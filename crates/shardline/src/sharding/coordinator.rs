@@ -107,7 +107,9 @@ impl Coordinator {
             ToCoordinator::Register { term, hosted, hosting } => e.handle_register(now, from, term, &hosted, hosting),
             ToCoordinator::GetShardHome { shard } => e.handle_get_shard_home(now, from, shard),
             ToCoordinator::BeginHandOffAck { term, shard } => e.handle_begin_hand_off_ack(now, from, term, shard),
-            ToCoordinator::ShardStopped { shard, epoch, .. } => e.handle_shard_stopped(now, from, shard, epoch),
+            ToCoordinator::ShardStopped { shard, epoch, handover, .. } => {
+                e.handle_shard_stopped(now, from, shard, epoch, handover)
+            }
         });
     }
 

@@ -151,10 +151,12 @@ impl<E: Entity> Region<E> {
                             .transport()
                             .send(&to, Frame::ToCoordinator { type_key: self.type_key.clone(), msg });
                     }
-                    RegionCommand::StartShard { shard, epoch } => {
-                        info!(type_key = %self.type_key, %shard, %epoch, node = %self.cluster.node_id(), "shard started");
+                    RegionCommand::StartShard { shard, epoch, handover } => {
+                        let host = ShardHost::new(shard, epoch, self.env.clone());
+                        let restored = handover.map(|d| host.restore(&d)).unwrap_or(0);
+                        info!(type_key = %self.type_key, %shard, %epoch, restored, "shard started");
                         self.cluster.ownership_log(&self.type_key, shard, epoch, true);
-                        st.hosts.insert(shard, ShardHost::new(shard, epoch, self.env.clone()));
+                        st.hosts.insert(shard, host);
                     }
                     RegionCommand::StopShard { shard, epoch, fenced } => {
                         let host = st.hosts.remove(&shard);
@@ -167,12 +169,13 @@ impl<E: Entity> Region<E> {
                         } else {
                             let me = self.clone();
                             tokio::spawn(async move {
-                                if let Some(h) = host {
-                                    h.stop().await;
-                                }
+                                let handover = match host {
+                                    Some(h) => h.stop().await,
+                                    None => None,
+                                };
                                 me.cluster.ownership_log(&me.type_key, shard, epoch, false);
                                 debug!(type_key = %me.type_key, %shard, "shard stopped");
-                                me.input(|e, now| e.handle_shard_stopped(now, shard));
+                                me.input(|e, now| e.handle_shard_stopped(now, shard, handover));
                             });
                         }
                     }

@@ -51,6 +51,14 @@ impl Entity for Log {
     async fn stopped(&mut self, _ctx: &mut EntityContext) {
         STOPPED.fetch_add(1, Ordering::Relaxed);
     }
+
+    fn hand_over(&self) -> Option<Vec<u8>> {
+        postcard::to_allocvec(&self.values).ok()
+    }
+
+    fn take_over(_id: &EntityId, data: &[u8]) -> Option<Self> {
+        postcard::from_bytes(data).ok().map(|values| Log { values })
+    }
 }
 
 pub fn settings() -> EntitySettings {
