@@ -439,7 +439,9 @@ impl Inbound for Dispatcher {
             }
             Frame::ToRegion { type_key, msg } => match cluster.region(&type_key) {
                 Some(r) => r.on_coordinator_frame(from, msg),
-                None => warn!(%type_key, peer = %from, "coordinator message for an unknown entity type"),
+                None => {
+                    tracing::debug!(%type_key, peer = %from, "coordinator message for an entity type not registered here")
+                }
             },
             Frame::Region { type_key, msg } => match cluster.region(&type_key) {
                 Some(r) => r.on_region_frame(from, msg),

@@ -1,0 +1,101 @@
+//! Command line.
+
+use clap::{Args, Parser, Subcommand};
+
+/// Shardline: cluster sharding for Rust.
+#[derive(Parser, Debug)]
+#[command(name = "shardline", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run one node of the demo application.
+    Node(NodeArgs),
+    /// Run a local demo cluster of separate processes under load, through scale-out, graceful
+    /// leave and kill -9, checking every account against a ledger.
+    Demo(DemoArgs),
+    /// Measure the runtime against its physical baselines.
+    Bench(BenchArgs),
+    /// (internal) A bare TCP echo server, the baseline of `bench --scenario remote-ask`.
+    #[command(hide = true)]
+    EchoServer {
+        /// Address to listen on.
+        #[arg(long)]
+        bind: String,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct NodeArgs {
+    /// Stable node name.
+    #[arg(long, env = "SHARDLINE_NAME")]
+    pub name: String,
+    /// Listen address, host:port.
+    #[arg(long, env = "SHARDLINE_BIND")]
+    pub bind: String,
+    /// Seed addresses, comma separated (the first one may start the cluster).
+    #[arg(long, env = "SHARDLINE_SEEDS", value_delimiter = ',', required = true)]
+    pub seeds: Vec<String>,
+    /// Number of shards per entity type (the same on every node).
+    #[arg(long, env = "SHARDLINE_SHARDS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub shards: u32,
+    /// Membership provider.
+    #[arg(long, env = "SHARDLINE_MEMBERSHIP", default_value = "seeds", value_parser = ["seeds"])]
+    pub membership: String,
+    /// Cluster name.
+    #[arg(long, env = "SHARDLINE_CLUSTER", default_value = "shardline-demo")]
+    pub cluster: String,
+    /// Application version (for version-aware allocation).
+    #[arg(long, env = "SHARDLINE_APP_VERSION", default_value = "1")]
+    pub app_version: String,
+    /// Append shard start/stop lines to this file.
+    #[arg(long, env = "SHARDLINE_OWNERSHIP_LOG")]
+    pub ownership_log: Option<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DemoArgs {
+    /// Node processes to start with.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub nodes: u32,
+    /// Shards of the account type.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub shards: u32,
+    /// Accounts.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub entities: u64,
+    /// Seconds of load in each phase.
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub duration_secs: u64,
+    /// Concurrent callers of the load driver.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub concurrency: u64,
+    /// Write the report as JSON to this file.
+    #[arg(long)]
+    pub json: Option<String>,
+    /// First port of the node processes (default: free ports chosen by the system).
+    #[arg(long)]
+    pub base_port: Option<u16>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Which scenario.
+    #[arg(long, value_parser = ["local-ask", "remote-ask", "idle-memory", "rebalance"])]
+    pub scenario: String,
+    /// Write the result as JSON to this file.
+    #[arg(long)]
+    pub json: Option<String>,
+    /// Seconds of load (ask scenarios).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub duration_secs: u64,
+    /// Concurrent callers (ask scenarios).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub concurrency: u64,
+    /// Entities: asked (ask scenarios), activated (idle-memory, rebalance).
+    #[arg(long)]
+    pub entities: Option<u64>,
+}

@@ -1,0 +1,411 @@
+//! `shardline bench`: each scenario measures the runtime and, in the same run, the physical
+//! baseline it is compared with, so the ratio holds on a noisy machine. Prints JSON.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use shardline::{Cluster, EntityHandle, EntityRef, EntitySettings, Seeds};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::account::{Account, AccountCmd, Echo};
+use crate::args::BenchArgs;
+use crate::load::{percentiles, probe_ids, shards_per_node, HomeMonitor, Latency};
+use crate::node::account_settings;
+use crate::procs::{free_port, work_dir, NodeProc};
+
+/// Runs a scenario; returns the exit code.
+pub async fn run(args: BenchArgs) -> i32 {
+    let result = match args.scenario.as_str() {
+        "local-ask" => local_ask(&args).await,
+        "remote-ask" => remote_ask(&args).await,
+        "idle-memory" => idle_memory(&args).await,
+        "rebalance" => rebalance(&args).await,
+        other => Err(format!("unknown scenario {other}").into()),
+    };
+    match result {
+        Ok(v) => {
+            let text = serde_json::to_string_pretty(&v).unwrap_or_default();
+            println!("{text}");
+            if let Some(path) = &args.json {
+                if let Err(e) = std::fs::write(path, &text) {
+                    eprintln!("cannot write {path}: {e}");
+                    return 1;
+                }
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("bench {} failed: {e}", args.scenario);
+            1
+        }
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Closed-loop load: `workers` callers for `d`; returns (ops/s, latency).
+async fn drive<F, Fut>(workers: u64, d: Duration, call: F) -> (f64, Latency)
+where
+    F: Fn(u64, u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    let call = Arc::new(call);
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let (call, stop, done) = (call.clone(), stop.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut rng = (w + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            while !stop.load(Ordering::Relaxed) {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let t = Instant::now();
+                if call(w, rng).await {
+                    lat.push(t.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            lat
+        }));
+    }
+    tokio::time::sleep(d).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut lat = Vec::new();
+    for t in tasks {
+        if let Ok(l) = t.await {
+            lat.extend(l);
+        }
+    }
+    let ops = done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
+    (ops, percentiles(&mut lat))
+}
+
+async fn local_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
+    let n = args.entities.unwrap_or(1_000).max(1);
+    let d = Duration::from_secs(args.duration_secs);
+    let cluster = Cluster::builder().cluster_name("bench-local").build().await?;
+    let echo: EntityHandle<Echo> = cluster.register::<Echo>(EntitySettings::new("echo").shards(1024)).await?;
+    let refs: Arc<Vec<EntityRef<Echo>>> = Arc::new((0..n).map(|i| echo.entity_ref(format!("e{i}"))).collect());
+    for r in refs.iter() {
+        r.ask(0).await?;
+    }
+    let r2 = refs.clone();
+    let (ops, lat) = drive(args.concurrency, d, move |_, rng| {
+        let r = r2[(rng % n) as usize].clone();
+        async move { r.ask(rng).await.is_ok() }
+    })
+    .await;
+    // Baseline: one task per entity behind an mpsc channel, replies on a oneshot.
+    let mut senders = Vec::new();
+    for _ in 0..n {
+        let (tx, mut rx) = mpsc::channel::<(u64, oneshot::Sender<u64>)>(1024);
+        tokio::spawn(async move {
+            let mut count = 0u64;
+            while let Some((m, reply)) = rx.recv().await {
+                // The same work as the Echo entity: count, answer with the message.
+                count = std::hint::black_box(count + 1);
+                let _ = reply.send(m);
+            }
+        });
+        senders.push(tx);
+    }
+    let senders = Arc::new(senders);
+    let (base_ops, base_lat) = drive(args.concurrency, d, move |_, rng| {
+        let tx = senders[(rng % n) as usize].clone();
+        async move {
+            let (rtx, rrx) = oneshot::channel();
+            tx.send((rng, rtx)).await.is_ok() && rrx.await.is_ok()
+        }
+    })
+    .await;
+    Ok(json!({
+        "scenario": "local-ask",
+        "concurrency": args.concurrency,
+        "entities": n,
+        "ops_per_s": ops,
+        "latency_us": lat,
+        "baseline": "tokio mpsc + oneshot round trip, one task per entity",
+        "baseline_ops_per_s": base_ops,
+        "baseline_latency_us": base_lat,
+        "ratio": ops / base_ops.max(1.0),
+    }))
+}
+
+/// Starts `count` node processes and a proxy driver joined to them; waits until every shard
+/// has a home.
+async fn cluster_of(
+    count: usize,
+    shards: u32,
+    what: &str,
+) -> Result<(Vec<NodeProc>, Vec<String>, Cluster, std::path::PathBuf), BoxError> {
+    let dir = work_dir(what)?;
+    let mut addrs = Vec::new();
+    for _ in 0..count + 1 {
+        addrs.push(format!("127.0.0.1:{}", free_port()?));
+    }
+    let seed = addrs[0].clone();
+    let mut nodes = Vec::new();
+    for (i, addr) in addrs.iter().take(count).enumerate() {
+        nodes.push(NodeProc::spawn(&format!("n{}", i + 1), addr, &seed, shards, &dir)?);
+        if i == 0 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+    let driver = Cluster::builder()
+        .cluster_name("shardline-demo")
+        .node_name("driver")
+        .proxy()
+        .membership(Seeds::new([seed]))
+        .build()
+        .await?;
+    Ok((nodes, addrs, driver, dir))
+}
+
+async fn settle<T: shardline::Entity>(h: &EntityHandle<T>, hosts: usize, limit: Duration) -> Result<(), BoxError> {
+    let start = Instant::now();
+    loop {
+        let per = shards_per_node(&h.shard_homes());
+        let all = h.shard_homes().iter().all(Option::is_some);
+        if all && per.len() == hosts && per.values().max().unwrap_or(&0) - per.values().min().unwrap_or(&0) <= 1 {
+            return Ok(());
+        }
+        if start.elapsed() > limit {
+            return Err(format!("cluster did not settle: {per:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn remote_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
+    let n = args.entities.unwrap_or(1_000).max(1);
+    let d = Duration::from_secs(args.duration_secs);
+    let shards = 1024;
+    let (_nodes, _addrs, driver, _dir) = cluster_of(1, shards, "bench-remote").await?;
+    let echo: EntityHandle<Echo> = driver.register::<Echo>(EntitySettings::new("echo").shards(shards)).await?;
+    settle(&echo, 1, Duration::from_secs(60)).await?;
+    let refs: Arc<Vec<EntityRef<Echo>>> = Arc::new((0..n).map(|i| echo.entity_ref(format!("e{i}"))).collect());
+    for r in refs.iter() {
+        r.ask(0).await?;
+    }
+    let r2 = refs.clone();
+    let (ops, lat) = drive(args.concurrency, d, move |_, rng| {
+        let r = r2[(rng % n) as usize].clone();
+        async move { r.ask(rng).await.is_ok() }
+    })
+    .await;
+    let r3 = refs.clone();
+    let (_, single) = drive(1, Duration::from_secs(2), move |_, rng| {
+        let r = r3[(rng % n) as usize].clone();
+        async move { r.ask(rng).await.is_ok() }
+    })
+    .await;
+    // Baseline: a bare TCP echo server in another process, one connection per caller,
+    // request/reply of the same payload size as an ask of a u64.
+    let port = free_port()?;
+    let exe = std::env::current_exe()?;
+    let mut server = std::process::Command::new(exe)
+        .args(["echo-server", "--bind", &format!("127.0.0.1:{port}")])
+        .stdout(std::process::Stdio::null())
+        .spawn()?;
+    let addr = format!("127.0.0.1:{port}");
+    let mut conns = Vec::new();
+    for _ in 0..args.concurrency {
+        let mut tries = 0;
+        let s = loop {
+            match TcpStream::connect(&addr).await {
+                Ok(s) => break s,
+                Err(e) if tries < 50 => {
+                    tries += 1;
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        s.set_nodelay(true)?;
+        conns.push(Arc::new(tokio::sync::Mutex::new(s)));
+    }
+    let payload = 48usize;
+    let conns = Arc::new(conns);
+    let c2 = conns.clone();
+    let (base_ops, base_lat) = drive(args.concurrency, d, move |w, _| {
+        let c = c2[w as usize].clone();
+        async move { echo_once(&c, payload).await }
+    })
+    .await;
+    let c3 = conns.clone();
+    let (_, base_single) = drive(1, Duration::from_secs(2), move |w, _| {
+        let c = c3[w as usize].clone();
+        async move { echo_once(&c, payload).await }
+    })
+    .await;
+    let _ = server.kill();
+    let _ = server.wait();
+    Ok(json!({
+        "scenario": "remote-ask",
+        "concurrency": args.concurrency,
+        "entities": n,
+        "ops_per_s": ops,
+        "latency_us": lat,
+        "single_ask_p50_us": single.p50,
+        "baseline": "bare loopback TCP request/reply, one connection per caller, 48-byte payload",
+        "baseline_ops_per_s": base_ops,
+        "baseline_latency_us": base_lat,
+        "baseline_single_p50_us": base_single.p50,
+        "ratio": ops / base_ops.max(1.0),
+        "single_ratio": single.p50 / base_single.p50.max(1.0),
+    }))
+}
+
+async fn echo_once(c: &tokio::sync::Mutex<TcpStream>, payload: usize) -> bool {
+    let mut s = c.lock().await;
+    let mut buf = vec![7u8; payload + 4];
+    buf[..4].copy_from_slice(&(payload as u32).to_be_bytes());
+    if s.write_all(&buf).await.is_err() {
+        return false;
+    }
+    s.read_exact(&mut buf).await.is_ok()
+}
+
+/// The baseline's server: echoes length-prefixed frames.
+pub async fn echo_server(bind: &str) -> i32 {
+    let l = match TcpListener::bind(bind).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("cannot bind {bind}: {e}");
+            return 1;
+        }
+    };
+    loop {
+        let Ok((mut s, _)) = l.accept().await else { continue };
+        let _ = s.set_nodelay(true);
+        tokio::spawn(async move {
+            let mut len = [0u8; 4];
+            loop {
+                if s.read_exact(&mut len).await.is_err() {
+                    return;
+                }
+                let n = u32::from_be_bytes(len) as usize;
+                if n > 1 << 20 {
+                    return;
+                }
+                let mut body = vec![0u8; n];
+                if s.read_exact(&mut body).await.is_err() {
+                    return;
+                }
+                let mut out = Vec::with_capacity(n + 4);
+                out.extend_from_slice(&len);
+                out.extend_from_slice(&body);
+                if s.write_all(&out).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+    pages * 4096
+}
+
+async fn idle_memory(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
+    let n = args.entities.unwrap_or(1_000_000).max(1);
+    let cluster = Cluster::builder().cluster_name("bench-memory").build().await?;
+    let echo: EntityHandle<Echo> =
+        cluster.register::<Echo>(EntitySettings::new("echo").shards(1024).mailbox(4)).await?;
+    // Warm the runtime so its own allocations are not counted.
+    for i in 0..1_000 {
+        echo.entity_ref(format!("warm-{i}")).ask(0).await?;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = rss_bytes();
+    let next = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..256 {
+        let (echo, next) = (echo.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    return Ok::<(), shardline::Error>(());
+                }
+                echo.entity_ref(format!("e{i}")).ask(i).await?;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    // Let every entity go idle (their tasks end after a short linger).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let in_memory = echo.local_entities() as u64;
+    let after = rss_bytes();
+    Ok(json!({
+        "scenario": "idle-memory",
+        "entities": n,
+        "entities_in_memory": in_memory,
+        "rss_before_bytes": before,
+        "rss_after_bytes": after,
+        "rss_bytes_per_entity": (after.saturating_sub(before)) as f64 / n as f64,
+    }))
+}
+
+async fn rebalance(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
+    let n = args.entities.unwrap_or(100_000).max(1);
+    let shards = 1024;
+    let (mut nodes, addrs, driver, dir) = cluster_of(3, shards, "bench-rebalance").await?;
+    let accounts: EntityHandle<Account> = driver.register::<Account>(account_settings(shards)).await?;
+    settle(&accounts, 3, Duration::from_secs(60)).await?;
+    let next = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..128 {
+        let (accounts, next) = (accounts.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    return Ok::<(), shardline::Error>(());
+                }
+                accounts.entity_ref(format!("acct-{i}")).ask(AccountCmd::Deposit { op: i, amount: 1 }).await?;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let probes = Arc::new(probe_ids(shards));
+    let event = Instant::now();
+    let monitor = HomeMonitor::start(&accounts, probes, event);
+    nodes.push(NodeProc::spawn("n4", &addrs[3], &addrs[0], shards, &dir)?);
+    settle(&accounts, 4, Duration::from_secs(60)).await?;
+    let (moved, served) = monitor.finish(Duration::from_secs(60)).await;
+    let served = served.ok_or("moved shards never served again")?;
+    // Spot-check that the state moved with the shards.
+    let mut lost = 0;
+    for i in (0..n).step_by((n / 1000).max(1) as usize) {
+        let r = accounts.entity_ref(format!("acct-{i}")).ask(AccountCmd::Balance).await?;
+        if r.balance != 1 {
+            lost += 1;
+        }
+    }
+    Ok(json!({
+        "scenario": "rebalance",
+        "entities": n,
+        "nodes_before": 3,
+        "nodes_after": 4,
+        "shards": shards,
+        "shards_moved": moved,
+        "rehome_ms": served.as_secs_f64() * 1000.0,
+        "spot_checked_balances_wrong": lost,
+    }))
+}

@@ -1,0 +1,331 @@
+//! The load driver: concurrent callers, latency percentiles, a ledger of acknowledged
+//! operations, and a monitor that measures how long shards take to serve again after a change.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use shardline::{EntityHandle, Error, NodeId};
+
+use crate::account::{Account, AccountCmd};
+
+/// Latency percentiles in microseconds.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Latency {
+    pub p50: f64,
+    pub p99: f64,
+}
+
+/// p50 and p99 of samples (microseconds).
+pub fn percentiles(samples: &mut [u32]) -> Latency {
+    if samples.is_empty() {
+        return Latency::default();
+    }
+    samples.sort_unstable();
+    let at = |q: f64| f64::from(samples[((samples.len() as f64 - 1.0) * q).round() as usize]);
+    Latency { p50: at(0.50), p99: at(0.99) }
+}
+
+/// What one phase of load produced.
+#[derive(Debug, Default)]
+pub struct PhaseLoad {
+    pub acked: u64,
+    pub failed: u64,
+    pub errors: BTreeMap<String, u64>,
+    pub latencies: Vec<u32>,
+    pub elapsed: Duration,
+}
+
+/// Per account: operations acknowledged as applied, and those whose outcome is unknown.
+#[derive(Default)]
+pub struct Ledger {
+    acked: HashMap<u64, Vec<(u64, i64)>>,
+    unknown: HashMap<u64, Vec<(u64, i64)>>,
+}
+
+/// The ledger check's findings.
+#[derive(Debug, Default, Clone, Copy, Serialize)]
+pub struct Invariants {
+    pub lost_acked: u64,
+    pub double_applied: u64,
+    pub ledger_mismatches: u64,
+}
+
+impl Ledger {
+    /// Audits every account: acknowledged operations must be applied exactly once, nothing
+    /// unknown to the ledger may be applied, and the balance must be the sum of what was applied.
+    pub async fn audit(&self, accounts: &EntityHandle<Account>, n: u64, concurrency: usize) -> Invariants {
+        let next = Arc::new(AtomicU64::new(0));
+        let total = Arc::new(Mutex::new(Invariants::default()));
+        let mut tasks = Vec::new();
+        let ledger = Arc::new(self.snapshot());
+        for _ in 0..concurrency.max(1) {
+            let (next, total, ledger, accounts) = (next.clone(), total.clone(), ledger.clone(), accounts.clone());
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let a = next.fetch_add(1, Ordering::Relaxed);
+                    if a >= n {
+                        return;
+                    }
+                    let reply = loop {
+                        match accounts
+                            .entity_ref(account_id(a))
+                            .ask_timeout(AccountCmd::Audit, Duration::from_secs(5))
+                            .await
+                        {
+                            Ok(r) => break Some(r),
+                            Err(Error::Overloaded(_)) => tokio::time::sleep(Duration::from_millis(20)).await,
+                            Err(_) => break None,
+                        }
+                    };
+                    let (acked, unknown) = ledger.get(&a).cloned().unwrap_or_default();
+                    let mut inv = Invariants::default();
+                    match reply {
+                        None => inv.ledger_mismatches += 1,
+                        Some(r) => {
+                            let applied: HashSet<u64> = r.ops.iter().copied().collect();
+                            inv.double_applied += (r.ops.len() - applied.len()) as u64;
+                            inv.lost_acked += acked.iter().filter(|(op, _)| !applied.contains(op)).count() as u64;
+                            let known: HashMap<u64, i64> = acked.iter().chain(unknown.iter()).copied().collect();
+                            let sum: Option<i64> = applied.iter().map(|op| known.get(op).copied()).sum();
+                            if sum != Some(r.balance) {
+                                inv.ledger_mismatches += 1;
+                            }
+                        }
+                    }
+                    let mut t = total.lock().unwrap_or_else(|e| e.into_inner());
+                    t.lost_acked += inv.lost_acked;
+                    t.double_applied += inv.double_applied;
+                    t.ledger_mismatches += inv.ledger_mismatches;
+                }
+            }));
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+        let r = *total.lock().unwrap_or_else(|e| e.into_inner());
+        r
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn snapshot(&self) -> HashMap<u64, (Vec<(u64, i64)>, Vec<(u64, i64)>)> {
+        let mut m: HashMap<u64, (Vec<(u64, i64)>, Vec<(u64, i64)>)> = HashMap::new();
+        for (a, v) in &self.acked {
+            m.entry(*a).or_default().0.extend(v);
+        }
+        for (a, v) in &self.unknown {
+            m.entry(*a).or_default().1.extend(v);
+        }
+        m
+    }
+
+    /// Forgets accounts whose state was lost on purpose (entities of a killed node).
+    pub fn reset(&mut self) {
+        self.acked.clear();
+        self.unknown.clear();
+    }
+}
+
+pub fn account_id(a: u64) -> String {
+    format!("acct-{a}")
+}
+
+fn error_kind(e: &Error) -> &'static str {
+    match e {
+        Error::Timeout(_) => "timeout",
+        Error::Unavailable(_) => "unavailable",
+        Error::Overloaded(_) => "overloaded",
+        Error::Rejected(_) => "rejected",
+    }
+}
+
+/// Runs `concurrency` callers of random deposits, withdrawals and balance reads for `duration`.
+/// `progress` is called about once a second with (acked, failed) so far.
+pub async fn run_accounts(
+    accounts: &EntityHandle<Account>,
+    n: u64,
+    concurrency: u64,
+    duration: Duration,
+    ledger: &Arc<Mutex<Ledger>>,
+    next_op: &Arc<AtomicU64>,
+    progress: impl Fn(u64, u64, Duration),
+) -> PhaseLoad {
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..concurrency {
+        let (accounts, stop, acked, failed, ledger, next_op) =
+            (accounts.clone(), stop.clone(), acked.clone(), failed.clone(), ledger.clone(), next_op.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (w + 1).wrapping_mul(0x2545_F491_4F6C_DD1D);
+            let mut lat = Vec::new();
+            let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+            while !stop.load(Ordering::Relaxed) {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let a = rng % n;
+                let op = next_op.fetch_add(1, Ordering::Relaxed);
+                let amount = (rng >> 20) as i64 % 100 + 1;
+                let (cmd, signed) = match (rng >> 8) % 10 {
+                    0..=6 => (AccountCmd::Deposit { op, amount }, amount),
+                    7 | 8 => (AccountCmd::Withdraw { op, amount }, -amount),
+                    _ => (AccountCmd::Balance, 0),
+                };
+                let t = Instant::now();
+                let r = accounts.entity_ref(account_id(a)).ask(cmd).await;
+                let us = t.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
+                match r {
+                    Ok(reply) => {
+                        lat.push(us);
+                        acked.fetch_add(1, Ordering::Relaxed);
+                        if reply.applied {
+                            ledger
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .acked
+                                .entry(a)
+                                .or_default()
+                                .push((op, signed));
+                        }
+                    }
+                    Err(e) => {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        *errors.entry(error_kind(&e).to_string()).or_default() += 1;
+                        if signed != 0 && !matches!(e, Error::Overloaded(_) | Error::Rejected(_)) {
+                            ledger
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .unknown
+                                .entry(a)
+                                .or_default()
+                                .push((op, signed));
+                        }
+                        if matches!(e, Error::Unavailable(_) | Error::Overloaded(_)) {
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                    }
+                }
+            }
+            (lat, errors)
+        }));
+    }
+    let deadline = start + duration;
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250).min(deadline.saturating_duration_since(Instant::now()))).await;
+        progress(acked.load(Ordering::Relaxed), failed.load(Ordering::Relaxed), start.elapsed());
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut out = PhaseLoad::default();
+    for t in tasks {
+        if let Ok((lat, errors)) = t.await {
+            out.latencies.extend(lat);
+            for (k, v) in errors {
+                *out.errors.entry(k).or_default() += v;
+            }
+        }
+    }
+    out.elapsed = start.elapsed();
+    out.acked = acked.load(Ordering::Relaxed);
+    out.failed = failed.load(Ordering::Relaxed);
+    out
+}
+
+/// Watches where shards live (as a node's region knows it) and measures how long after an
+/// event every moved shard answers again.
+pub struct HomeMonitor {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<(usize, Option<Duration>)>,
+}
+
+impl HomeMonitor {
+    /// Starts watching from `event` on.
+    pub fn start(accounts: &EntityHandle<Account>, probes: Arc<Vec<String>>, event: Instant) -> HomeMonitor {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (accounts, stop2) = (accounts.clone(), stop.clone());
+        let task = tokio::spawn(async move {
+            let before = accounts.shard_homes();
+            let mut last = before.clone();
+            let mut moved: HashSet<usize> = HashSet::new();
+            let mut dirty = false;
+            let mut serving: Option<Duration> = None;
+            let mut last_change = Instant::now();
+            loop {
+                let homes = accounts.shard_homes();
+                if homes != last {
+                    for (i, (a, b)) in homes.iter().zip(&last).enumerate() {
+                        if a != b && a.is_some() && before.get(i) != Some(a) {
+                            moved.insert(i);
+                        }
+                    }
+                    last = homes.clone();
+                    last_change = Instant::now();
+                    dirty = true;
+                }
+                let all_homed = homes.iter().all(Option::is_some);
+                if dirty && all_homed && last_change.elapsed() > Duration::from_millis(100) {
+                    // Every moved shard must answer.
+                    let mut asks = Vec::new();
+                    for &s in &moved {
+                        let r = accounts.entity_ref(&probes[s]);
+                        asks.push(tokio::spawn(async move {
+                            r.ask_timeout(AccountCmd::Balance, Duration::from_secs(1)).await.is_ok()
+                        }));
+                    }
+                    let mut ok = true;
+                    for a in asks {
+                        ok &= a.await.unwrap_or(false);
+                    }
+                    if ok && accounts.shard_homes() == homes {
+                        serving = Some(event.elapsed());
+                        dirty = false;
+                    }
+                }
+                if stop2.load(Ordering::Relaxed) && !dirty {
+                    return (moved.len(), serving);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        HomeMonitor { stop, task }
+    }
+
+    /// Stops watching once the last change was served; returns (shards moved, time to serve).
+    pub async fn finish(self, limit: Duration) -> (usize, Option<Duration>) {
+        self.stop.store(true, Ordering::Relaxed);
+        match tokio::time::timeout(limit, self.task).await {
+            Ok(Ok(r)) => r,
+            _ => (0, None),
+        }
+    }
+}
+
+/// One entity id per shard, to probe that every shard answers.
+pub fn probe_ids(shards: u32) -> Vec<String> {
+    let mut ids = vec![String::new(); shards as usize];
+    let mut missing = shards as usize;
+    let mut k = 0u64;
+    while missing > 0 {
+        let id = format!("probe-{k}");
+        let s = shardline::ShardId(shardline_core::shard_of(&id, shards).0);
+        if ids[s.0 as usize].is_empty() {
+            ids[s.0 as usize] = id;
+            missing -= 1;
+        }
+        k += 1;
+    }
+    ids
+}
+
+/// Shards per node name, from a region's view of homes.
+pub fn shards_per_node(homes: &[Option<NodeId>]) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for h in homes.iter().flatten() {
+        *m.entry(h.name.to_string()).or_insert(0) += 1;
+    }
+    m
+}

@@ -1,0 +1,72 @@
+//! Node processes started by the demo and the benchmarks; all are killed when dropped.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+/// A `shardline node` child process.
+pub struct NodeProc {
+    pub name: String,
+    pub child: Option<Child>,
+}
+
+impl NodeProc {
+    /// Starts `shardline node` for `name` on `addr` with `seeds`.
+    pub fn spawn(name: &str, addr: &str, seeds: &str, shards: u32, dir: &std::path::Path) -> std::io::Result<NodeProc> {
+        let exe = std::env::current_exe()?;
+        let log = dir.join(format!("{name}.log"));
+        let stderr = std::fs::File::create(&log)?;
+        let child = Command::new(exe)
+            .args(["node", "--name", name, "--bind", addr, "--seeds", seeds, "--shards", &shards.to_string()])
+            .env("RUST_LOG", std::env::var("SHARDLINE_NODE_LOG").unwrap_or_else(|_| "info".into()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(stderr))
+            .spawn()?;
+        Ok(NodeProc { name: name.into(), child: Some(child) })
+    }
+
+    /// `kill -9`.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM: the node leaves gracefully. Returns its exit status once it exited.
+    pub fn terminate(&mut self) -> Option<i32> {
+        let mut c = self.child.take()?;
+        // SAFETY-free: libc::kill with a pid we own.
+        let pid = c.id() as libc::pid_t;
+        send_sigterm(pid);
+        c.wait().ok().and_then(|s| s.code())
+    }
+}
+
+fn send_sigterm(pid: libc::pid_t) {
+    // libc::kill is an FFI call; it has no memory-safety preconditions.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+}
+
+impl Drop for NodeProc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A free loopback port (bound then released; good enough on one machine).
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A fresh directory for logs.
+pub fn work_dir(what: &str) -> std::io::Result<PathBuf> {
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!("shardline-{what}-{}-{stamp}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
