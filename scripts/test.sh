@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, unit and property tests, and 10,000 simulated
-# schedules of the sharding protocol. Installs what it needs from Debian's packages when missing.
+# The whole test suite: formatting, lints, unit, property, multi-node and multi-process tests,
+# 10,000 simulated schedules of the sharding protocol, and a short demo run. Installs what it
+# needs from Debian's packages when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,3 +22,7 @@ echo "== simulation (${SHARDLINE_SIM_SCHEDULES:=10000} schedules)"
 SHARDLINE_SIM_SCHEDULES=$SHARDLINE_SIM_SCHEDULES cargo test -p shardline-core --release sim -- --nocapture
 echo "== tests"
 cargo test --workspace --release -- --skip sim_
+echo "== demo (short run)"
+cargo run --release -q -p shardline-cli -- demo --duration-secs 2 --entities 2000 --json target/demo-smoke.json
+jq -e '(.phases | length) == 5 and .invariants.lost_acked == 0 and .invariants.double_applied == 0 and .invariants.ledger_mismatches == 0' target/demo-smoke.json >/dev/null
+echo "demo: 5 phases, invariants hold"

@@ -11,11 +11,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::account::{Account, AccountCmd, Echo};
 use crate::args::BenchArgs;
 use crate::load::{percentiles, probe_ids, shards_per_node, HomeMonitor, Latency};
-use crate::node::account_settings;
 use crate::procs::{free_port, work_dir, NodeProc};
+use shardline_cli::account_settings;
+use shardline_cli::{Account, AccountCmd, Echo};
 
 /// Runs a scenario; returns the exit code.
 pub async fn run(args: BenchArgs) -> i32 {

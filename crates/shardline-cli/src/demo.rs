@@ -11,11 +11,11 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use shardline::{Cluster, EntityHandle, Seeds};
 
-use crate::account::Account;
 use crate::args::DemoArgs;
 use crate::load::{percentiles, probe_ids, run_accounts, shards_per_node, HomeMonitor, Invariants, Latency, Ledger};
-use crate::node::account_settings;
 use crate::procs::{free_port, work_dir, NodeProc};
+use shardline_cli::account_settings;
+use shardline_cli::Account;
 
 #[derive(Debug, Serialize)]
 pub struct PhaseReport {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use shardline::{EntityHandle, Error, NodeId};
 
-use crate::account::{Account, AccountCmd};
+use shardline_cli::{Account, AccountCmd};
 
 /// Latency percentiles in microseconds.
 #[derive(Debug, Clone, Copy, Default, Serialize)]

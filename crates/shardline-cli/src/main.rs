@@ -1,6 +1,5 @@
 //! The `shardline` binary: node runner, demo cluster, load benchmark.
 
-mod account;
 mod args;
 mod bench;
 mod demo;

@@ -7,22 +7,14 @@ use shardline::{Cluster, EntitySettings, Seeds};
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{error, info};
 
-use crate::account::{Account, Echo};
 use crate::args::NodeArgs;
+use shardline_cli::{account_settings, Account, Echo};
 
 /// The entity types every demo node serves.
 pub async fn register_all(cluster: &Cluster, shards: u32) -> Result<(), shardline::ConfigError> {
     cluster.register::<Account>(account_settings(shards)).await?;
     cluster.register::<Echo>(EntitySettings::new("echo").shards(shards)).await?;
     Ok(())
-}
-
-/// Settings of the demo's account type.
-pub fn account_settings(shards: u32) -> EntitySettings {
-    EntitySettings::new("account")
-        .shards(shards)
-        .ask_timeout(Duration::from_secs(5))
-        .hand_off_timeout(Duration::from_secs(5))
 }
 
 /// Runs a node until it is told to stop; returns the process exit code.
