@@ -343,17 +343,35 @@ async fn idle_memory(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
             }
         }));
     }
+    let watch = {
+        let echo = echo.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if std::env::var_os("SHARDLINE_BENCH_TRACE").is_some() {
+                    eprintln!("active {} in memory {}", echo.active_entities(), echo.local_entities());
+                }
+            }
+        })
+    };
     for t in tasks {
         t.await??;
     }
+    watch.abort();
     // Let every entity go idle (their tasks end after a short linger).
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let settled = Instant::now();
+    while echo.active_entities() > 0 && settled.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let in_memory = echo.local_entities() as u64;
+    let active = echo.active_entities() as u64;
     let after = rss_bytes();
     Ok(json!({
         "scenario": "idle-memory",
         "entities": n,
         "entities_in_memory": in_memory,
+        "entities_with_a_task": active,
         "rss_before_bytes": before,
         "rss_after_bytes": after,
         "rss_bytes_per_entity": (after.saturating_sub(before)) as f64 / n as f64,

@@ -535,6 +535,11 @@ impl<E: Entity> EntityHandle<E> {
     pub fn local_entities(&self) -> usize {
         self.region.entity_count()
     }
+
+    /// Entities on this node with a running task (the others are idle state in memory).
+    pub fn active_entities(&self) -> usize {
+        self.region.active_count()
+    }
 }
 
 /// A reference to one entity, valid anywhere in the cluster.

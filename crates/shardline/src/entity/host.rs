@@ -1,7 +1,7 @@
 //! Entities of one hosted shard: idle ones are state in a map; active ones have a task and a
 //! bounded mailbox, and go back to the map when their mailbox stays empty.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,8 +17,8 @@ use crate::error::Error;
 use crate::sharding::envelope::{Body, Envelope};
 use crate::transport::Frame;
 
-/// How long an entity task waits for another message before its state goes back to the map.
-const LINGER: Duration = Duration::from_millis(50);
+/// How long an entity task stays after its last message before its state goes back to the map.
+pub(crate) const LINGER: Duration = Duration::from_millis(50);
 
 enum Slot<E: Entity> {
     Idle { state: E, since: u32 },
@@ -38,13 +38,45 @@ impl HostEnv {
     }
 }
 
+/// The slots, and which of them are active (so sweeps touch only those).
+struct Entities<E: Entity> {
+    map: HashMap<EntityId, Slot<E>>,
+    active: HashSet<EntityId>,
+}
+
+impl<E: Entity> std::ops::Deref for Entities<E> {
+    type Target = HashMap<EntityId, Slot<E>>;
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl<E: Entity> std::ops::DerefMut for Entities<E> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.map
+    }
+}
+
+impl<E: Entity> Entities<E> {
+    /// Puts an entity's state back as idle.
+    fn idle(&mut self, id: EntityId, state: E, since: u32) {
+        self.active.remove(&id);
+        self.map.insert(id, Slot::Idle { state, since });
+    }
+
+    /// Forgets an entity.
+    fn forget(&mut self, id: &EntityId) {
+        self.active.remove(id);
+        self.map.remove(id);
+    }
+}
+
 pub(crate) struct ShardHost<E: Entity> {
     pub shard: ShardId,
     pub epoch: Epoch,
     env: Arc<HostEnv>,
-    entities: Mutex<HashMap<EntityId, Slot<E>>>,
+    entities: Mutex<Entities<E>>,
     stopping: AtomicBool,
-    stop: Notify,
     active: AtomicUsize,
     drained: Notify,
     /// State handed over by entities stopped for a hand-off.
@@ -57,9 +89,8 @@ impl<E: Entity> ShardHost<E> {
             shard,
             epoch,
             env,
-            entities: Mutex::new(HashMap::new()),
+            entities: Mutex::new(Entities { map: HashMap::new(), active: HashSet::new() }),
             stopping: AtomicBool::new(false),
-            stop: Notify::new(),
             active: AtomicUsize::new(0),
             drained: Notify::new(),
             handed: Mutex::new(Vec::new()),
@@ -94,7 +125,7 @@ impl<E: Entity> ShardHost<E> {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<EntityId, Slot<E>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entities<E>> {
         self.entities.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -103,30 +134,37 @@ impl<E: Entity> ShardHost<E> {
         self.lock().len()
     }
 
+    /// Number of entities with a running task.
+    pub fn active_len(&self) -> usize {
+        self.lock().active.len()
+    }
+
     /// Hands a message to its entity, starting it if needed. Never blocks.
     pub fn deliver(self: &Arc<Self>, env: Envelope<E>) {
         let mut map = self.lock();
+        if let Some(Slot::Active { tx, .. }) = map.get(&env.entity) {
+            match tx.try_send(env) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(env)) => {
+                    let err = Error::Overloaded(format!("mailbox of {} is full", env.entity));
+                    fail(&self.env.cluster, env, err)
+                }
+                Err(mpsc::error::TrySendError::Closed(env)) => {
+                    let err = Error::Unavailable(format!("{} is stopping", env.entity));
+                    fail(&self.env.cluster, env, err)
+                }
+            }
+            return;
+        }
         let id = env.entity.clone();
         let (state, fresh) = match map.remove(&id) {
-            Some(Slot::Active { tx, abort }) => {
-                match tx.try_send(env) {
-                    Ok(()) => {}
-                    Err(mpsc::error::TrySendError::Full(env)) => {
-                        fail(&self.env.cluster, env, Error::Overloaded(format!("mailbox of {id} is full")))
-                    }
-                    Err(mpsc::error::TrySendError::Closed(env)) => {
-                        fail(&self.env.cluster, env, Error::Unavailable(format!("{id} is stopping")))
-                    }
-                }
-                map.insert(id, Slot::Active { tx, abort });
-                return;
-            }
             Some(Slot::Idle { state, .. }) => (state, false),
-            None => (E::new(&id), true),
+            _ => (E::new(&id), true),
         };
         let (tx, rx) = mpsc::channel(self.env.mailbox);
         self.active.fetch_add(1, Ordering::AcqRel);
         let task = tokio::spawn(run(self.clone(), id.clone(), state, fresh, rx, env));
+        map.active.insert(id.clone());
         map.insert(id, Slot::Active { tx, abort: task.abort_handle() });
     }
 
@@ -134,7 +172,18 @@ impl<E: Entity> ShardHost<E> {
     /// state they hand over, encoded, if any.
     pub async fn stop(self: Arc<Self>) -> Option<Vec<u8>> {
         self.stopping.store(true, Ordering::Release);
-        self.stop.notify_waiters();
+        // Every active entity finishes its mailbox, then meets this marker and stops.
+        let active: Vec<(EntityId, mpsc::Sender<Envelope<E>>)> = self
+            .lock()
+            .iter()
+            .filter_map(|(k, s)| match s {
+                Slot::Active { tx, .. } => Some((k.clone(), tx.clone())),
+                Slot::Idle { .. } => None,
+            })
+            .collect();
+        for (id, tx) in active {
+            let _ = tx.send(Envelope { entity: id, body: Body::Retire }).await;
+        }
         let idle: Vec<(EntityId, E)> = {
             let mut map = self.lock();
             let ids: Vec<EntityId> =
@@ -169,6 +218,7 @@ impl<E: Entity> ShardHost<E> {
     pub fn kill(&self) {
         self.stopping.store(true, Ordering::Release);
         let mut map = self.lock();
+        map.active.clear();
         for (_, slot) in map.drain() {
             if let Slot::Active { abort, .. } = slot {
                 abort.abort();
@@ -246,6 +296,7 @@ async fn process<E: Entity>(cluster: &Cluster, state: &mut E, ctx: &mut EntityCo
                 let _ = cluster.transport().send(&addr.node, Frame::Reply { req_id: addr.req_id, result });
             }
         }
+        Body::Retire => {}
     }
 }
 
@@ -268,6 +319,11 @@ async fn run<E: Entity>(
     if fresh {
         state.started(&mut ctx).await;
     }
+    let retire = || Envelope { entity: id.clone(), body: Body::Retire };
+    // One timer for the task's life, pushed back whenever the mailbox empties: after the linger
+    // without a message, the state goes back to the map and the task ends.
+    let linger = tokio::time::sleep(LINGER);
+    tokio::pin!(linger);
     let mut next = Some(first);
     loop {
         let env = match next.take() {
@@ -275,58 +331,51 @@ async fn run<E: Entity>(
             None => match rx.try_recv() {
                 Ok(e) => e,
                 Err(_) => {
-                    let stop = host.stop.notified();
-                    tokio::pin!(stop);
-                    stop.as_mut().enable();
-                    let waited = if host.stopping.load(Ordering::Acquire) {
-                        None
-                    } else {
-                        tokio::select! {
-                            e = rx.recv() => e,
-                            _ = tokio::time::sleep(LINGER) => None,
-                            _ = &mut stop => None,
-                        }
-                    };
-                    match waited {
-                        Some(e) => e,
-                        None => {
-                            // Mailbox empty. Decide under the map lock, where nothing new can
-                            // arrive: go on, stop, or become idle state in the map again.
-                            let after = {
-                                let mut map = host.lock();
-                                match rx.try_recv() {
-                                    Ok(e) => After::Next(e, state),
-                                    Err(_) if host.stopping.load(Ordering::Acquire) => {
-                                        map.remove(&id);
-                                        After::Stop(state)
-                                    }
-                                    Err(_) => {
-                                        map.insert(id.clone(), Slot::Idle { state, since: host.env.secs() });
-                                        After::Idle
-                                    }
-                                }
-                            };
-                            match after {
-                                After::Next(e, s) => {
-                                    state = s;
-                                    e
-                                }
-                                After::Stop(mut s) => {
-                                    s.stopped(&mut ctx).await;
-                                    host.hand_over(&id, &s);
-                                    host.finish();
-                                    return;
-                                }
-                                After::Idle => {
-                                    host.finish();
-                                    return;
-                                }
-                            }
-                        }
+                    linger.as_mut().reset(tokio::time::Instant::now() + LINGER);
+                    tokio::select! {
+                        biased;
+                        // The senders live in the map slot, which outlives this task.
+                        e = rx.recv() => e.unwrap_or_else(retire),
+                        _ = &mut linger => retire(),
                     }
                 }
             },
         };
+        if matches!(env.body, Body::Retire) {
+            // Decide under the map lock, where nothing new can arrive: go on, stop, or become
+            // idle state in the map again.
+            let after = {
+                let mut map = host.lock();
+                match rx.try_recv() {
+                    Ok(e) => After::Next(e, state),
+                    Err(_) if host.stopping.load(Ordering::Acquire) => {
+                        map.forget(&id);
+                        After::Stop(state)
+                    }
+                    Err(_) => {
+                        map.idle(id.clone(), state, host.env.secs());
+                        After::Idle
+                    }
+                }
+            };
+            match after {
+                After::Next(e, s) => {
+                    state = s;
+                    next = Some(e);
+                    continue;
+                }
+                After::Stop(mut s) => {
+                    s.stopped(&mut ctx).await;
+                    host.hand_over(&id, &s);
+                    host.finish();
+                    return;
+                }
+                After::Idle => {
+                    host.finish();
+                    return;
+                }
+            }
+        }
         process(&cluster, &mut state, &mut ctx, env).await;
         if ctx.passivate {
             ctx.passivate = false;
@@ -335,11 +384,14 @@ async fn run<E: Entity>(
             state.stopped(&mut ctx).await;
             let pending = {
                 let mut map = host.lock();
-                match rx.try_recv() {
-                    Ok(e) => Some(e),
-                    Err(_) => {
-                        map.remove(&id);
-                        None
+                loop {
+                    match rx.try_recv() {
+                        Ok(e) if matches!(e.body, Body::Retire) => continue,
+                        Ok(e) => break Some(e),
+                        Err(_) => {
+                            map.forget(&id);
+                            break None;
+                        }
                     }
                 }
             };

@@ -31,8 +31,17 @@ pub(crate) type ReplySender<E> = oneshot::Sender<Result<<E as Entity>::Reply, Er
 
 /// A message inside a node.
 pub(crate) enum Body<E: Entity> {
-    Typed { msg: E::Message, reply: Option<ReplySender<E>> },
-    Wire { payload: Vec<u8>, reply: Option<ReplyAddr> },
+    Typed {
+        msg: E::Message,
+        reply: Option<ReplySender<E>>,
+    },
+    Wire {
+        payload: Vec<u8>,
+        reply: Option<ReplyAddr>,
+    },
+    /// To an entity task from its shard: go idle if nothing else is waiting (or stop, when the
+    /// shard is stopping). Never leaves the node.
+    Retire,
 }
 
 pub(crate) struct Envelope<E: Entity> {

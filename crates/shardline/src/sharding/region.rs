@@ -52,6 +52,7 @@ pub(crate) trait RegionDyn: Send + Sync {
     fn fail_buffered(&self, why: &str);
     fn homes(&self) -> Vec<Option<NodeId>>;
     fn entity_count(&self) -> usize;
+    fn active_count(&self) -> usize;
 }
 
 impl<E: Entity> Region<E> {
@@ -111,11 +112,9 @@ impl<E: Entity> Region<E> {
     fn run_commands(self: &Arc<Self>, st: &mut State<E>, now: u64) {
         loop {
             let mut returned = Vec::new();
-            let cmds: Vec<_> = st.engine.drain_commands().collect();
-            if cmds.is_empty() {
-                break;
-            }
-            for cmd in cmds {
+            let mut any = false;
+            while let Some(cmd) = st.engine.poll_command() {
+                any = true;
                 match cmd {
                     RegionCommand::Deliver { shard, msg, .. } => match st.hosts.get(&shard) {
                         Some(h) => h.deliver(msg),
@@ -195,6 +194,9 @@ impl<E: Entity> Region<E> {
                     }
                 }
             }
+            if !any {
+                break;
+            }
             for (to, msg) in returned {
                 st.engine.handle_undeliverable(now, &to, from_wire(msg));
             }
@@ -221,6 +223,8 @@ impl<E: Entity> Region<E> {
                         None
                     }
                 },
+                // Markers for local entity tasks never leave the node.
+                Body::Retire => None,
             }
         };
         Some(match msg {
@@ -354,5 +358,8 @@ impl<E: Entity> RegionDyn for Region<E> {
     }
     fn entity_count(&self) -> usize {
         self.lock().hosts.values().map(|h| h.len()).sum()
+    }
+    fn active_count(&self) -> usize {
+        self.lock().hosts.values().map(|h| h.active_len()).sum()
     }
 }
