@@ -343,21 +343,9 @@ async fn idle_memory(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
             }
         }));
     }
-    let watch = {
-        let echo = echo.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                if std::env::var_os("SHARDLINE_BENCH_TRACE").is_some() {
-                    eprintln!("active {} in memory {}", echo.active_entities(), echo.local_entities());
-                }
-            }
-        })
-    };
     for t in tasks {
         t.await??;
     }
-    watch.abort();
     // Let every entity go idle (their tasks end after a short linger).
     tokio::time::sleep(Duration::from_millis(500)).await;
     let settled = Instant::now();

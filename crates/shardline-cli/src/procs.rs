@@ -37,7 +37,6 @@ impl NodeProc {
     /// SIGTERM: the node leaves gracefully. Returns its exit status once it exited.
     pub fn terminate(&mut self) -> Option<i32> {
         let mut c = self.child.take()?;
-        // SAFETY-free: libc::kill with a pid we own.
         let pid = c.id() as libc::pid_t;
         send_sigterm(pid);
         c.wait().ok().and_then(|s| s.code())

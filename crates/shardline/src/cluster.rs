@@ -66,6 +66,12 @@ impl ClusterBuilder {
         self
     }
 
+    /// Relative capacity (consistent hashing gives the node `150 × weight` virtual nodes).
+    pub fn weight(mut self, w: u32) -> Self {
+        self.weight = w.max(1);
+        self
+    }
+
     /// Adds a role.
     pub fn role(mut self, r: impl Into<String>) -> Self {
         self.roles.push(r.into());
