@@ -4,6 +4,7 @@
 //! each member listens. The sharding layer reads only that [`ClusterView`], so seed nodes, etcd
 //! leases or NATS KV leases plug in behind one trait.
 
+pub mod lease;
 pub mod seeds;
 
 use std::collections::BTreeMap;

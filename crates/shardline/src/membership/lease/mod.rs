@@ -1,0 +1,8 @@
+//! Lease-based coordination: membership, leader election and the shard map rest on a
+//! coordination store (etcd, NATS JetStream KV, or the in-memory store), so that a partition
+//! or a dead node can never leave a shard with two owners.
+
+pub mod conformance;
+mod store;
+
+pub use store::{CoordinationStore, Entry, InMemoryStore, Revision, StoreError, WatchEvent};
