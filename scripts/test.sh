@@ -5,8 +5,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The etcd and NATS tests start their own servers from these packages; protoc builds etcd-client.
 need_apt=()
 command -v jq >/dev/null || need_apt+=(jq)
+command -v etcd >/dev/null || need_apt+=(etcd-server)
+command -v protoc >/dev/null || need_apt+=(protobuf-compiler)
+command -v nats-server >/dev/null || need_apt+=(nats-server)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing: ${need_apt[*]}"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi

@@ -3,6 +3,7 @@
 //! or a dead node can never leave a shard with two owners.
 
 pub mod conformance;
+pub mod server;
 mod store;
 
 pub use store::{CoordinationStore, Entry, InMemoryStore, Revision, StoreError, WatchEvent};

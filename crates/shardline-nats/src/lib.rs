@@ -1,0 +1,254 @@
+//! [`NatsStore`]: Shardline's [`CoordinationStore`] on NATS JetStream key-value buckets.
+//!
+//! Debian's nats-server is 2.9, which has no per-key TTL, so (as in the Aether design):
+//! - ephemeral keys live in a bucket whose `max_age` is the TTL: a key disappears `ttl` after its
+//!   last write unless it is rewritten; `refresh` is a revision compare-and-set rewrite;
+//! - durable keys live in a second bucket without `max_age`, written by revision
+//!   compare-and-set.
+//!
+//! Keys use `/` between segments, stored with `.` (NATS subject tokens). Watches and lists take
+//! a prefix that ends at a segment boundary. A 2.9 server publishes nothing when `max_age`
+//! expires a key, so a watch also re-lists its prefix every quarter TTL and reports the keys that
+//! vanished.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv};
+use futures_util::StreamExt;
+use shardline::membership::lease::{CoordinationStore, Entry, Revision, StoreError, WatchEvent};
+use shardline::membership::BoxFuture;
+use tokio::sync::mpsc;
+
+/// A coordination store on NATS JetStream KV.
+#[derive(Clone)]
+pub struct NatsStore {
+    ephemeral: kv::Store,
+    durable: kv::Store,
+    ttl: Duration,
+    timeout: Duration,
+}
+
+fn unavailable(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+fn subject(key: &str) -> String {
+    key.replace('/', ".")
+}
+
+fn unsubject(key: &str) -> String {
+    key.replace('.', "/")
+}
+
+impl NatsStore {
+    /// Connects to `url` (`nats://127.0.0.1:4222`) and opens (or creates) the buckets
+    /// `{name}-ephemeral` (max age `ttl`) and `{name}-durable`.
+    pub async fn connect(url: &str, name: &str, ttl: Duration, timeout: Duration) -> Result<Self, StoreError> {
+        let client =
+            tokio::time::timeout(timeout, async_nats::ConnectOptions::new().connection_timeout(timeout).connect(url))
+                .await
+                .map_err(|_| StoreError::Unavailable(format!("NATS at {url} did not answer within {timeout:?}")))?
+                .map_err(unavailable)?;
+        let js = jetstream::new(client);
+        let open = |bucket: String, max_age: Duration| {
+            let js = js.clone();
+            async move {
+                match js.get_key_value(&bucket).await {
+                    Ok(s) => Ok(s),
+                    Err(_) => js
+                        .create_key_value(kv::Config { bucket, history: 1, max_age, ..Default::default() })
+                        .await
+                        .map_err(unavailable),
+                }
+            }
+        };
+        let ephemeral = open(format!("{name}-ephemeral"), ttl).await?;
+        let durable = open(format!("{name}-durable"), Duration::ZERO).await?;
+        Ok(NatsStore { ephemeral, durable, ttl, timeout })
+    }
+
+    async fn bounded<T>(&self, f: impl std::future::Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+        tokio::time::timeout(self.timeout, f)
+            .await
+            .map_err(|_| StoreError::Unavailable(format!("NATS did not answer within {:?}", self.timeout)))?
+    }
+
+    /// Where `key` lives: ephemeral keys are the ones present in the ephemeral bucket.
+    async fn entry_in(&self, store: &kv::Store, key: &str) -> Result<Option<Entry>, StoreError> {
+        let e = store.entry(subject(key)).await.map_err(unavailable)?;
+        Ok(e.filter(|e| e.operation == kv::Operation::Put).map(|e| Entry {
+            key: key.to_string(),
+            value: e.value.to_vec(),
+            revision: e.revision,
+        }))
+    }
+
+    async fn keys_in(&self, store: &kv::Store, prefix: &str) -> Result<Vec<Entry>, StoreError> {
+        let mut out = Vec::new();
+        let mut keys = match store.keys().await {
+            Ok(k) => k,
+            Err(e) => return Err(unavailable(e)),
+        };
+        let mut names = Vec::new();
+        while let Some(k) = keys.next().await {
+            let k = k.map_err(unavailable)?;
+            let key = unsubject(&k);
+            if key.starts_with(prefix) {
+                names.push(key);
+            }
+        }
+        for key in names {
+            if let Some(e) = self.entry_in(store, &key).await? {
+                out.push(e);
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl CoordinationStore for NatsStore {
+    fn create_ephemeral(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        _ttl: Duration,
+    ) -> BoxFuture<'_, Result<Option<Revision>, StoreError>> {
+        let key = key.to_string();
+        Box::pin(self.bounded(async move {
+            match self.ephemeral.create(subject(&key), value.into()).await {
+                Ok(rev) => Ok(Some(rev)),
+                Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Ok(None),
+                Err(e) => Err(unavailable(e)),
+            }
+        }))
+    }
+
+    fn refresh(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        expected: Revision,
+        _ttl: Duration,
+    ) -> BoxFuture<'_, Result<Option<Revision>, StoreError>> {
+        let key = key.to_string();
+        Box::pin(self.bounded(async move {
+            match self.ephemeral.update(subject(&key), value.into(), expected).await {
+                Ok(rev) => Ok(Some(rev)),
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(None),
+                Err(e) => Err(unavailable(e)),
+            }
+        }))
+    }
+
+    fn compare_and_put(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        expected: Revision,
+    ) -> BoxFuture<'_, Result<Option<Revision>, StoreError>> {
+        let key = key.to_string();
+        Box::pin(self.bounded(async move {
+            if expected == 0 {
+                match self.durable.create(subject(&key), value.into()).await {
+                    Ok(rev) => Ok(Some(rev)),
+                    Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Ok(None),
+                    Err(e) => Err(unavailable(e)),
+                }
+            } else {
+                match self.durable.update(subject(&key), value.into(), expected).await {
+                    Ok(rev) => Ok(Some(rev)),
+                    Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(None),
+                    Err(e) => Err(unavailable(e)),
+                }
+            }
+        }))
+    }
+
+    fn get(&self, key: &str) -> BoxFuture<'_, Result<Option<Entry>, StoreError>> {
+        let key = key.to_string();
+        Box::pin(self.bounded(async move {
+            if let Some(e) = self.entry_in(&self.ephemeral, &key).await? {
+                return Ok(Some(e));
+            }
+            self.entry_in(&self.durable, &key).await
+        }))
+    }
+
+    fn list(&self, prefix: &str) -> BoxFuture<'_, Result<Vec<Entry>, StoreError>> {
+        let prefix = prefix.to_string();
+        Box::pin(self.bounded(async move {
+            let mut all = self.keys_in(&self.ephemeral, &prefix).await?;
+            all.extend(self.keys_in(&self.durable, &prefix).await?);
+            all.sort_by(|a, b| a.key.cmp(&b.key));
+            Ok(all)
+        }))
+    }
+
+    fn delete(&self, key: &str, expected: Option<Revision>) -> BoxFuture<'_, Result<bool, StoreError>> {
+        let key = key.to_string();
+        Box::pin(self.bounded(async move {
+            for store in [&self.ephemeral, &self.durable] {
+                let Some(e) = self.entry_in(store, &key).await? else { continue };
+                if expected.is_some_and(|x| x != e.revision) {
+                    return Ok(false);
+                }
+                return match store.delete_expect_revision(subject(&key), Some(e.revision)).await {
+                    Ok(()) => Ok(true),
+                    Err(_) => Ok(false),
+                };
+            }
+            Ok(false)
+        }))
+    }
+
+    fn watch(&self, prefix: &str) -> BoxFuture<'_, Result<mpsc::Receiver<WatchEvent>, StoreError>> {
+        let prefix = prefix.to_string();
+        Box::pin(self.bounded(async move {
+            if !prefix.ends_with('/') {
+                return Err(StoreError::Failed(format!("NATS watches need a prefix ending in '/': {prefix:?}")));
+            }
+            let pattern = format!("{}>", subject(&prefix));
+            let (tx, rx) = mpsc::channel(1024);
+            for store in [self.ephemeral.clone(), self.durable.clone()] {
+                let mut w = store.watch(pattern.clone()).await.map_err(unavailable)?;
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    while let Some(Ok(e)) = w.next().await {
+                        let key = unsubject(&e.key);
+                        let ev = match e.operation {
+                            kv::Operation::Put => {
+                                WatchEvent::Put(Entry { key, value: e.value.to_vec(), revision: e.revision })
+                            }
+                            kv::Operation::Delete | kv::Operation::Purge => WatchEvent::Delete { key },
+                        };
+                        if tx.send(ev).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+            // Expiry by max_age is silent on a 2.9 server: notice vanished keys by re-listing.
+            let me = self.clone();
+            let tick = (self.ttl / 4).max(Duration::from_millis(100));
+            tokio::spawn(async move {
+                let mut known: BTreeSet<String> = BTreeSet::new();
+                loop {
+                    tokio::time::sleep(tick).await;
+                    if tx.is_closed() {
+                        return;
+                    }
+                    let Ok(now) = me.keys_in(&me.ephemeral, &prefix).await else { continue };
+                    let now: BTreeSet<String> = now.into_iter().map(|e| e.key).collect();
+                    for gone in known.difference(&now) {
+                        if tx.send(WatchEvent::Delete { key: gone.clone() }).await.is_err() {
+                            return;
+                        }
+                    }
+                    known = now;
+                }
+            });
+            Ok(rx)
+        }))
+    }
+}

@@ -1,0 +1,121 @@
+//! Starting a real coordination server (etcd, nats-server) for tests and demos: free loopback
+//! ports, data in a fresh temporary directory, stopped when dropped. A missing binary is an
+//! error that names the Debian package to install, never a silent skip.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A server process started for a test.
+pub struct ServerProcess {
+    program: String,
+    args: Vec<String>,
+    child: Option<Child>,
+    dir: PathBuf,
+    /// Where clients connect (`127.0.0.1:PORT`).
+    pub addr: String,
+}
+
+fn free_port() -> Result<u16, String> {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).map_err(|e| e.to_string())
+}
+
+fn temp_dir(what: &str) -> Result<PathBuf, String> {
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!("shardline-{what}-{}-{stamp}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+impl ServerProcess {
+    /// Starts etcd (Debian package `etcd-server`) on free ports.
+    pub fn etcd() -> Result<Self, String> {
+        let (client, peer) = (free_port()?, free_port()?);
+        let dir = temp_dir("etcd")?;
+        let c = format!("http://127.0.0.1:{client}");
+        let p = format!("http://127.0.0.1:{peer}");
+        let args = vec![
+            "--name".into(),
+            "test".into(),
+            "--data-dir".into(),
+            dir.join("data").display().to_string(),
+            "--listen-client-urls".into(),
+            c.clone(),
+            "--advertise-client-urls".into(),
+            c,
+            "--listen-peer-urls".into(),
+            p.clone(),
+            "--initial-advertise-peer-urls".into(),
+            p.clone(),
+            "--initial-cluster".into(),
+            format!("test={p}"),
+        ];
+        Self::start("etcd", "etcd-server", args, dir, format!("127.0.0.1:{client}"))
+    }
+
+    /// Starts nats-server with JetStream (Debian package `nats-server`) on a free port.
+    pub fn nats() -> Result<Self, String> {
+        let port = free_port()?;
+        let dir = temp_dir("nats")?;
+        let args = vec![
+            "-a".into(),
+            "127.0.0.1".into(),
+            "-p".into(),
+            port.to_string(),
+            "-js".into(),
+            "-sd".into(),
+            dir.join("js").display().to_string(),
+        ];
+        Self::start("nats-server", "nats-server", args, dir, format!("127.0.0.1:{port}"))
+    }
+
+    fn start(program: &str, package: &str, args: Vec<String>, dir: PathBuf, addr: String) -> Result<Self, String> {
+        let found = Command::new(program).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status();
+        if found.is_err() {
+            return Err(format!("{program} is required but not installed: apt-get install {package}"));
+        }
+        let mut s = ServerProcess { program: program.into(), args, child: None, dir, addr };
+        s.resume()?;
+        Ok(s)
+    }
+
+    /// Starts the server again (same ports, same data) after [`stop`](Self::stop).
+    pub fn resume(&mut self) -> Result<(), String> {
+        if self.child.is_some() {
+            return Ok(());
+        }
+        let log = std::fs::File::create(self.dir.join("server.log")).map_err(|e| e.to_string())?;
+        let child = Command::new(&self.program)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", self.program))?;
+        self.child = Some(child);
+        let start = Instant::now();
+        while std::net::TcpStream::connect(&self.addr).is_err() {
+            if start.elapsed() > Duration::from_secs(20) {
+                return Err(format!("{} did not listen on {} within 20 s", self.program, self.addr));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// Stops the server (kill -9); its data stays for [`resume`](Self::resume).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
