@@ -413,8 +413,10 @@ impl Cluster {
         self.leave_within(Duration::from_secs(60)).await
     }
 
-    /// Stops this node abruptly (its peers see it as crashed). For tests.
+    /// Stops this node abruptly (its peers see it as crashed: no goodbye, its lease just lapses).
+    /// For tests.
     pub fn crash(&self) {
+        self.inner.control.halt();
         self.fence("crashed on purpose");
         self.inner.transport.shutdown();
     }

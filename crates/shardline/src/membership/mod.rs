@@ -71,6 +71,8 @@ pub trait MembershipControl: Send + Sync {
     fn leave(&self);
     /// Marks this node `Exiting` then `Removed` (after its shards were handed off).
     fn exit(&self);
+    /// Stops taking part at once, without telling anyone (a crash, as peers see it).
+    fn halt(&self);
 }
 
 /// A boxed future, for object-safe providers.

@@ -114,6 +114,7 @@ fn rank(s: MemberStatus) -> u8 {
 enum Control {
     Leave,
     Exit,
+    Halt,
 }
 
 struct ControlHandle(mpsc::UnboundedSender<Control>);
@@ -124,6 +125,9 @@ impl MembershipControl for ControlHandle {
     }
     fn exit(&self) {
         let _ = self.0.send(Control::Exit);
+    }
+    fn halt(&self) {
+        let _ = self.0.send(Control::Halt);
     }
 }
 
@@ -391,7 +395,7 @@ async fn run(
                     state.set_own_status(MemberStatus::Exiting);
                     state.set_own_status(MemberStatus::Removed);
                 }
-                None => return,
+                Some(Control::Halt) | None => return,
             },
             _ = interval.tick() => {
                 state.tick();

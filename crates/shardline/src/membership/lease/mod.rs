@@ -3,7 +3,9 @@
 //! or a dead node can never leave a shard with two owners.
 
 pub mod conformance;
+mod provider;
 pub mod server;
 mod store;
 
+pub use provider::{LeaseConfig, Leases};
 pub use store::{CoordinationStore, Entry, InMemoryStore, Revision, StoreError, WatchEvent};

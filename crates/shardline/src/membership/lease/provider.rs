@@ -1,0 +1,404 @@
+//! `Leases`: membership, leader election and self-fencing on a coordination store.
+//!
+//! - **Membership**: each node holds an ephemeral key `{cluster}/members/{name}`, renewed every
+//!   TTL/3. A member whose key vanished stays in the view for `unknown_grace` (not yet fenced),
+//!   then is `Down`: its shards may move. A member that deleted its key after a graceful leave is
+//!   gone at once.
+//! - **Leader**: `{cluster}/leader` is created only if absent, renewed by revision
+//!   compare-and-set. Every new leader first takes a strictly larger term from the durable
+//!   counter `{cluster}/term` (compare-and-set), so terms never repeat.
+//! - **Self-fencing**: a node that has not renewed its key for `ttl − safety_margin`, or failed
+//!   `max_failures` renewals in a row, declares itself down: every shard stops before anyone may
+//!   take it over. Losing the control plane always means downing yourself.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use shardline_core::{Member, MemberStatus, MembershipView, NodeId};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use super::store::{CoordinationStore, Revision};
+use crate::error::ConfigError;
+use crate::membership::{
+    BoxFuture, ClusterView, MembershipControl, MembershipHandle, MembershipProvider, ProviderContext,
+};
+
+/// Settings of lease-based membership.
+#[derive(Clone, Debug)]
+pub struct LeaseConfig {
+    /// Lease TTL (default 5 s); keys are renewed every TTL/3.
+    pub ttl: Duration,
+    /// A node stops its shards when it has not renewed for `ttl − safety_margin` (default 1 s).
+    pub safety_margin: Duration,
+    /// Failed renewals in a row after which a node downs itself (default 3).
+    pub max_failures: u32,
+    /// How long a member whose lease vanished stays "unknown" before it is down (default 0:
+    /// its own self-fencing already guarantees it stopped).
+    pub unknown_grace: Duration,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        LeaseConfig {
+            ttl: Duration::from_secs(5),
+            safety_margin: Duration::from_secs(1),
+            max_failures: 3,
+            unknown_grace: Duration::ZERO,
+        }
+    }
+}
+
+/// Lease-based membership on a coordination store. See the module docs.
+pub struct Leases {
+    store: Arc<dyn CoordinationStore>,
+    cluster: String,
+    config: LeaseConfig,
+}
+
+impl Leases {
+    /// Membership of `cluster` on `store`.
+    pub fn new(store: Arc<dyn CoordinationStore>, cluster: impl Into<String>, config: LeaseConfig) -> Self {
+        Leases { store, cluster: cluster.into(), config }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct MemberRecord {
+    node: NodeId,
+    addr: String,
+    status: MemberStatus,
+    app_version: String,
+    roles: Vec<String>,
+    weight: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct LeaderRecord {
+    node: NodeId,
+    term: u64,
+}
+
+enum Control {
+    Leave,
+    Exit,
+    Halt,
+}
+
+struct ControlHandle(mpsc::UnboundedSender<Control>);
+
+impl MembershipControl for ControlHandle {
+    fn leave(&self) {
+        let _ = self.0.send(Control::Leave);
+    }
+    fn exit(&self) {
+        let _ = self.0.send(Control::Exit);
+    }
+    fn halt(&self) {
+        let _ = self.0.send(Control::Halt);
+    }
+}
+
+fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    postcard::to_allocvec(v).unwrap_or_default()
+}
+
+struct Known {
+    record: MemberRecord,
+    /// When its key was last seen missing (None: present).
+    missing_since: Option<Instant>,
+}
+
+struct State {
+    store: Arc<dyn CoordinationStore>,
+    config: LeaseConfig,
+    me: MemberRecord,
+    member_key: String,
+    leader_key: String,
+    term_key: String,
+    members_prefix: String,
+    my_rev: Option<Revision>,
+    last_renewed: Instant,
+    failures: u32,
+    leader: Option<(LeaderRecord, Revision)>,
+    leader_renewed: Instant,
+    known: BTreeMap<String, Known>,
+    fenced: bool,
+}
+
+impl State {
+    /// Creates or renews this node's member key.
+    async fn renew(&mut self) {
+        let value = encode(&self.me);
+        let r = match self.my_rev {
+            None => self.store.create_ephemeral(&self.member_key, value, self.config.ttl).await,
+            Some(rev) => self.store.refresh(&self.member_key, value, rev, self.config.ttl).await,
+        };
+        match r {
+            Ok(Some(rev)) => {
+                self.my_rev = Some(rev);
+                self.last_renewed = Instant::now();
+                self.failures = 0;
+            }
+            Ok(None) if self.my_rev.is_none() => {
+                // A previous incarnation's key has not expired yet: wait for it (it fences itself).
+                info!(key = %self.member_key, "waiting for the previous incarnation's lease to expire");
+            }
+            Ok(None) => {
+                warn!("this node's membership lease was lost");
+                self.fence();
+            }
+            Err(e) => {
+                self.failures += 1;
+                warn!(error = %e, failures = self.failures, "cannot renew the membership lease");
+            }
+        }
+        let silent = self.my_rev.is_some()
+            && self.last_renewed.elapsed() >= self.config.ttl.saturating_sub(self.config.safety_margin);
+        if silent || self.failures >= self.config.max_failures {
+            self.fence();
+        }
+    }
+
+    fn fence(&mut self) {
+        if !self.fenced {
+            warn!("fencing this node: its lease cannot be kept");
+            self.fenced = true;
+            self.me.status = MemberStatus::Down;
+            self.leader = None;
+        }
+    }
+
+    /// Renews leadership, or tries to take it when nobody holds it.
+    async fn elect(&mut self) {
+        if self.fenced
+            || self.my_rev.is_none()
+            || self.me.status != MemberStatus::Up
+            || self.me.roles.iter().any(|r| r == "proxy")
+        {
+            if let Some((l, rev)) = self.leader.take() {
+                if l.node == self.me.node {
+                    let _ = self.store.delete(&self.leader_key, Some(rev)).await;
+                }
+            }
+            return;
+        }
+        if let Some((l, rev)) = self.leader.clone() {
+            if l.node == self.me.node {
+                match self.store.refresh(&self.leader_key, encode(&l), rev, self.config.ttl).await {
+                    Ok(Some(rev)) => {
+                        self.leader = Some((l, rev));
+                        self.leader_renewed = Instant::now();
+                    }
+                    Ok(None) => {
+                        warn!("leadership lost");
+                        self.leader = None;
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "cannot renew leadership");
+                        if self.leader_renewed.elapsed() >= self.config.ttl.saturating_sub(self.config.safety_margin) {
+                            warn!("leadership given up: not renewed in time");
+                            self.leader = None;
+                        }
+                    }
+                }
+                return;
+            }
+        }
+        match self.store.get(&self.leader_key).await {
+            Ok(Some(e)) => {
+                self.leader = postcard::from_bytes::<LeaderRecord>(&e.value).ok().map(|l| (l, e.revision));
+            }
+            Ok(None) => {
+                // Take a new term, then claim the key.
+                let Ok(current) = self.store.get(&self.term_key).await else { return };
+                let (last, rev) =
+                    current.map(|e| (postcard::from_bytes::<u64>(&e.value).unwrap_or(0), e.revision)).unwrap_or((0, 0));
+                let term = last + 1;
+                if !matches!(self.store.compare_and_put(&self.term_key, encode(&term), rev).await, Ok(Some(_))) {
+                    return;
+                }
+                let record = LeaderRecord { node: self.me.node.clone(), term };
+                if let Ok(Some(rev)) =
+                    self.store.create_ephemeral(&self.leader_key, encode(&record), self.config.ttl).await
+                {
+                    info!(term, "this node leads the cluster");
+                    self.leader = Some((record, rev));
+                    self.leader_renewed = Instant::now();
+                }
+            }
+            Err(_) => self.leader = None,
+        }
+    }
+
+    /// Reads the member list.
+    async fn observe(&mut self) {
+        let Ok(entries) = self.store.list(&self.members_prefix).await else { return };
+        let now = Instant::now();
+        let mut present = std::collections::BTreeSet::new();
+        for e in entries {
+            let Ok(record) = postcard::from_bytes::<MemberRecord>(&e.value) else { continue };
+            present.insert(e.key.clone());
+            self.known.insert(e.key, Known { record, missing_since: None });
+        }
+        for (key, k) in self.known.iter_mut() {
+            if !present.contains(key) && k.missing_since.is_none() {
+                k.missing_since = Some(now);
+            }
+        }
+        // Forget members gone for a long time.
+        let forget = self.config.ttl * 12;
+        self.known.retain(|_, k| k.missing_since.is_none_or(|t| now.duration_since(t) < forget));
+    }
+
+    fn view(&self) -> ClusterView {
+        let mut view = MembershipView::new();
+        let mut addresses = BTreeMap::new();
+        let grace = self.config.unknown_grace;
+        let mut add = |r: &MemberRecord, status: MemberStatus| {
+            let mut m = Member::new(r.node.clone(), r.node.incarnation)
+                .with_status(status)
+                .with_version(&r.app_version)
+                .with_weight(r.weight);
+            for role in &r.roles {
+                m = m.with_role(role.clone());
+            }
+            let _ = view.add(m);
+            if let Ok(a) = r.addr.parse() {
+                addresses.insert(r.node.clone(), a);
+            }
+        };
+        for k in self.known.values() {
+            if k.record.node == self.me.node {
+                continue;
+            }
+            let status = match k.missing_since {
+                None => k.record.status,
+                // Left gracefully: gone at once. Otherwise unknown for the grace period, then down.
+                Some(_)
+                    if matches!(
+                        k.record.status,
+                        MemberStatus::Leaving | MemberStatus::Exiting | MemberStatus::Removed
+                    ) =>
+                {
+                    MemberStatus::Down
+                }
+                Some(t) if t.elapsed() < grace => k.record.status,
+                Some(_) => MemberStatus::Down,
+            };
+            add(&k.record, status);
+        }
+        add(&self.me, self.me.status);
+        let leader = self.leader.as_ref().map(|(l, _)| (l.node.clone(), l.term)).filter(|(n, _)| !view.is_fenced(n));
+        let _ = view.set_leader(leader.as_ref().map(|(n, _)| n.clone()));
+        ClusterView { view, leader, addresses }
+    }
+}
+
+impl MembershipProvider for Leases {
+    fn start(self: Box<Self>, ctx: ProviderContext) -> BoxFuture<'static, Result<MembershipHandle, ConfigError>> {
+        Box::pin(async move {
+            if self.config.ttl < Duration::from_millis(300) || self.config.safety_margin >= self.config.ttl {
+                return Err(ConfigError::Invalid {
+                    name: "ttl",
+                    reason: "ttl must be ≥ 300 ms and larger than the safety margin".into(),
+                });
+            }
+            let name = ctx.me.name.to_string();
+            let me = MemberRecord {
+                node: ctx.me.clone(),
+                addr: ctx.addr.to_string(),
+                status: MemberStatus::Up,
+                app_version: ctx.app_version.clone(),
+                roles: ctx.roles.clone(),
+                weight: ctx.weight,
+            };
+            let c = &self.cluster;
+            let mut state = State {
+                store: self.store.clone(),
+                config: self.config.clone(),
+                me,
+                member_key: format!("{c}/members/{name}"),
+                leader_key: format!("{c}/leader"),
+                term_key: format!("{c}/term"),
+                members_prefix: format!("{c}/members/"),
+                my_rev: None,
+                last_renewed: Instant::now(),
+                failures: 0,
+                leader: None,
+                leader_renewed: Instant::now(),
+                known: BTreeMap::new(),
+                fenced: false,
+            };
+            // The store must answer at start: a backend that is down is a clear error.
+            state.store.list(&state.members_prefix).await.map_err(|e| ConfigError::Membership(e.to_string()))?;
+            state.renew().await;
+            state.elect().await;
+            state.observe().await;
+            let (view_tx, views) = watch::channel(state.view());
+            let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
+            let transport = ctx.transport.clone();
+            drop(ctx);
+            tokio::spawn(run(state, view_tx, ctl_rx, transport));
+            Ok(MembershipHandle { views, control: Arc::new(ControlHandle(ctl_tx)) })
+        })
+    }
+}
+
+async fn run(
+    mut state: State,
+    view_tx: watch::Sender<ClusterView>,
+    mut ctl: mpsc::UnboundedReceiver<Control>,
+    transport: crate::transport::Transport,
+) {
+    let period = state.config.ttl / 3;
+    let observe_every = (state.config.ttl / 10).max(Duration::from_millis(100));
+    let mut renew_at = Instant::now() + period;
+    loop {
+        tokio::select! {
+            c = ctl.recv() => match c {
+                Some(Control::Leave) => {
+                    state.me.status = MemberStatus::Leaving;
+                    renew_at = Instant::now();
+                }
+                Some(Control::Exit) => {
+                    state.me.status = MemberStatus::Removed;
+                    if let Some(rev) = state.my_rev.take() {
+                        let _ = state.store.delete(&state.member_key, Some(rev)).await;
+                    }
+                    if let Some((l, rev)) = state.leader.take() {
+                        if l.node == state.me.node {
+                            let _ = state.store.delete(&state.leader_key, Some(rev)).await;
+                        }
+                    }
+                    state.fenced = true;
+                }
+                Some(Control::Halt) | None => return,
+            },
+            _ = tokio::time::sleep_until(renew_at.min(Instant::now() + observe_every)) => {}
+        }
+        if !state.fenced && Instant::now() >= renew_at {
+            state.renew().await;
+            state.elect().await;
+            renew_at = Instant::now() + period;
+        }
+        state.observe().await;
+        let v = state.view();
+        for (n, a) in &v.addresses {
+            if !v.is_fenced(n) {
+                transport.set_address(n, *a);
+            }
+        }
+        view_tx.send_if_modified(|old| {
+            if *old != v {
+                *old = v;
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
