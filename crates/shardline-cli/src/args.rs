@@ -1,6 +1,7 @@
 //! Command line.
 
 use clap::{Args, Parser, Subcommand};
+use shardline_cli::membership::MembershipSpec;
 
 /// Shardline: cluster sharding for Rust.
 #[derive(Parser, Debug)]
@@ -36,15 +37,16 @@ pub struct NodeArgs {
     /// Listen address, host:port.
     #[arg(long, env = "SHARDLINE_BIND")]
     pub bind: String,
-    /// Seed addresses, comma separated (the first one may start the cluster).
-    #[arg(long, env = "SHARDLINE_SEEDS", value_delimiter = ',', required = true)]
+    /// Seed addresses, comma separated (the first one may start the cluster); only for
+    /// `--membership seeds`.
+    #[arg(long, env = "SHARDLINE_SEEDS", value_delimiter = ',', required_if_eq("membership", "seeds"))]
     pub seeds: Vec<String>,
     /// Number of shards per entity type (the same on every node).
     #[arg(long, env = "SHARDLINE_SHARDS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub shards: u32,
-    /// Membership provider.
-    #[arg(long, env = "SHARDLINE_MEMBERSHIP", default_value = "seeds", value_parser = ["seeds"])]
-    pub membership: String,
+    /// Membership: seeds, etcd://HOST:PORT or nats://HOST:PORT.
+    #[arg(long, env = "SHARDLINE_MEMBERSHIP", default_value = "seeds")]
+    pub membership: MembershipSpec,
     /// Cluster name.
     #[arg(long, env = "SHARDLINE_CLUSTER", default_value = "shardline-demo")]
     pub cluster: String,
@@ -79,13 +81,22 @@ pub struct DemoArgs {
     /// First port of the node processes (default: free ports chosen by the system).
     #[arg(long)]
     pub base_port: Option<u16>,
+    /// Membership: seeds, etcd://HOST:PORT or nats://HOST:PORT.
+    #[arg(long, default_value = "seeds")]
+    pub membership: MembershipSpec,
 }
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
     /// Which scenario.
-    #[arg(long, value_parser = ["local-ask", "remote-ask", "idle-memory", "rebalance"])]
+    #[arg(long, value_parser = ["local-ask", "remote-ask", "idle-memory", "rebalance", "failover"])]
     pub scenario: String,
+    /// Membership of the cluster scenarios: seeds, etcd://HOST:PORT or nats://HOST:PORT.
+    #[arg(long, default_value = "seeds")]
+    pub membership: MembershipSpec,
+    /// Repetitions (failover).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub runs: u32,
     /// Write the result as JSON to this file.
     #[arg(long)]
     pub json: Option<String>,

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use shardline::{Cluster, EntityHandle, EntityRef, EntitySettings, Seeds};
+use shardline::{Cluster, EntityHandle, EntityRef, EntitySettings};
+use shardline_cli::membership::MembershipSpec;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
@@ -24,6 +25,7 @@ pub async fn run(args: BenchArgs) -> i32 {
         "remote-ask" => remote_ask(&args).await,
         "idle-memory" => idle_memory(&args).await,
         "rebalance" => rebalance(&args).await,
+        "failover" => failover(&args).await,
         other => Err(format!("unknown scenario {other}").into()),
     };
     match result {
@@ -145,6 +147,7 @@ async fn cluster_of(
     count: usize,
     shards: u32,
     what: &str,
+    membership: &MembershipSpec,
 ) -> Result<(Vec<NodeProc>, Vec<String>, Cluster, std::path::PathBuf), BoxError> {
     let dir = work_dir(what)?;
     let mut addrs = Vec::new();
@@ -154,16 +157,17 @@ async fn cluster_of(
     let seed = addrs[0].clone();
     let mut nodes = Vec::new();
     for (i, addr) in addrs.iter().take(count).enumerate() {
-        nodes.push(NodeProc::spawn(&format!("n{}", i + 1), addr, &seed, shards, &dir)?);
+        nodes.push(NodeProc::spawn(&format!("n{}", i + 1), addr, &seed, shards, &membership.to_string(), &dir)?);
         if i == 0 {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
     }
+    let provider = shardline_cli::membership::provider(membership, "shardline-demo", &[seed]).await?;
     let driver = Cluster::builder()
         .cluster_name("shardline-demo")
         .node_name("driver")
         .proxy()
-        .membership(Seeds::new([seed]))
+        .membership_boxed(provider)
         .build()
         .await?;
     Ok((nodes, addrs, driver, dir))
@@ -188,7 +192,7 @@ async fn remote_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let n = args.entities.unwrap_or(1_000).max(1);
     let d = Duration::from_secs(args.duration_secs);
     let shards = 1024;
-    let (_nodes, _addrs, driver, _dir) = cluster_of(1, shards, "bench-remote").await?;
+    let (_nodes, _addrs, driver, _dir) = cluster_of(1, shards, "bench-remote", &args.membership).await?;
     let echo: EntityHandle<Echo> = driver.register::<Echo>(EntitySettings::new("echo").shards(shards)).await?;
     settle(&echo, 1, Duration::from_secs(60)).await?;
     let refs: Arc<Vec<EntityRef<Echo>>> = Arc::new((0..n).map(|i| echo.entity_ref(format!("e{i}"))).collect());
@@ -369,7 +373,7 @@ async fn idle_memory(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
 async fn rebalance(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let n = args.entities.unwrap_or(100_000).max(1);
     let shards = 1024;
-    let (mut nodes, addrs, driver, dir) = cluster_of(3, shards, "bench-rebalance").await?;
+    let (mut nodes, addrs, driver, dir) = cluster_of(3, shards, "bench-rebalance", &args.membership).await?;
     let accounts: EntityHandle<Account> = driver.register::<Account>(account_settings(shards)).await?;
     settle(&accounts, 3, Duration::from_secs(60)).await?;
     let next = Arc::new(AtomicU64::new(0));
@@ -392,7 +396,7 @@ async fn rebalance(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let probes = Arc::new(probe_ids(shards));
     let event = Instant::now();
     let monitor = HomeMonitor::start(&accounts, probes, event);
-    nodes.push(NodeProc::spawn("n4", &addrs[3], &addrs[0], shards, &dir)?);
+    nodes.push(NodeProc::spawn("n4", &addrs[3], &addrs[0], shards, &args.membership.to_string(), &dir)?);
     settle(&accounts, 4, Duration::from_secs(60)).await?;
     let (moved, served) = monitor.finish(Duration::from_secs(60)).await;
     let served = served.ok_or("moved shards never served again")?;
@@ -413,5 +417,96 @@ async fn rebalance(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
         "shards_moved": moved,
         "rehome_ms": served.as_secs_f64() * 1000.0,
         "spot_checked_balances_wrong": lost,
+    }))
+}
+
+/// Waits until a probe in every shard answers; returns when.
+async fn all_shards_answer(
+    accounts: &EntityHandle<Account>,
+    probes: &Arc<Vec<String>>,
+    limit: Duration,
+) -> Result<Instant, BoxError> {
+    let start = Instant::now();
+    loop {
+        let mut asks = Vec::new();
+        for p in probes.iter() {
+            let r = accounts.entity_ref(p);
+            asks.push(tokio::spawn(async move {
+                r.ask_timeout(AccountCmd::Balance, Duration::from_millis(200)).await.is_ok()
+            }));
+        }
+        let mut ok = true;
+        for a in asks {
+            ok &= a.await.unwrap_or(false);
+        }
+        if ok {
+            return Ok(Instant::now());
+        }
+        if start.elapsed() > limit {
+            return Err("some shards never answered again".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn failover(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
+    let shards = 256;
+    let (mut nodes, addrs, driver, dir) = cluster_of(3, shards, "bench-failover", &args.membership).await?;
+    let accounts: EntityHandle<Account> = driver.register::<Account>(account_settings(shards)).await?;
+    settle(&accounts, 3, Duration::from_secs(60)).await?;
+    // Load in the background for the whole scenario.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut load = Vec::new();
+    for w in 0..16u64 {
+        let (accounts, stop) = (accounts.clone(), stop.clone());
+        load.push(tokio::spawn(async move {
+            let mut i = w;
+            while !stop.load(Ordering::Relaxed) {
+                i = i.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                let _ = accounts
+                    .entity_ref(format!("acct-{}", i % 10_000))
+                    .ask_timeout(AccountCmd::Deposit { op: i, amount: 1 }, Duration::from_secs(1))
+                    .await;
+            }
+        }));
+    }
+    let probes = Arc::new(probe_ids(shards));
+    let mut runs = Vec::new();
+    for run in 0..args.runs as usize {
+        all_shards_answer(&accounts, &probes, Duration::from_secs(60)).await?;
+        let leader = driver.view().leader.map(|(n, _)| n.name.to_string());
+        // The leader dies in the first run; members after that, in turn.
+        let victim = if run == 0 {
+            leader.clone().and_then(|l| nodes.iter().position(|n| n.name == l)).unwrap_or(0)
+        } else {
+            let members: Vec<usize> = (0..nodes.len()).filter(|i| Some(&nodes[*i].name) != leader.as_ref()).collect();
+            members[run % members.len().max(1)]
+        };
+        let name = nodes[victim].name.clone();
+        let was_leader = leader.as_deref() == Some(name.as_str());
+        let event = Instant::now();
+        nodes[victim].kill();
+        let served = all_shards_answer(&accounts, &probes, Duration::from_secs(120)).await?;
+        let ms = served.duration_since(event).as_secs_f64() * 1000.0;
+        runs.push(json!({ "killed": name, "was_leader": was_leader, "failover_ms": ms }));
+        // Bring it back as a new incarnation and let the cluster settle.
+        let idx = name.trim_start_matches('n').parse::<usize>().unwrap_or(1).saturating_sub(1);
+        nodes[victim] = NodeProc::spawn(&name, &addrs[idx], &addrs[0], shards, &args.membership.to_string(), &dir)?;
+        settle(&accounts, 3, Duration::from_secs(120)).await?;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for l in load {
+        let _ = l.await;
+    }
+    let mut ms: Vec<f64> = runs.iter().filter_map(|r| r["failover_ms"].as_f64()).collect();
+    ms.sort_by(|a, b| a.total_cmp(b));
+    let p50 = ms.get(ms.len() / 2).copied().unwrap_or(0.0);
+    let max = ms.last().copied().unwrap_or(0.0);
+    Ok(json!({
+        "scenario": "failover",
+        "membership": args.membership.to_string(),
+        "runs": runs,
+        "failover_ms_p50": p50,
+        "failover_ms_max": max,
     }))
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
-use shardline::{Cluster, EntityHandle, Seeds};
+use shardline::{Cluster, EntityHandle};
 
 use crate::args::DemoArgs;
 use crate::load::{percentiles, probe_ids, run_accounts, shards_per_node, HomeMonitor, Invariants, Latency, Ledger};
@@ -148,8 +148,9 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
         addrs.push(format!("127.0.0.1:{port}"));
     }
     let seed = addrs[0].clone();
+    let membership = args.membership.to_string();
     println!(
-        "Shardline demo: {} node processes, {} shards, {} accounts, {} callers, {} s per phase (logs in {})",
+        "Shardline demo: {} node processes ({membership}), {} shards, {} accounts, {} callers, {} s per phase (logs in {})",
         args.nodes,
         args.shards,
         args.entities,
@@ -159,7 +160,7 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
     );
     let mut nodes: Vec<NodeProc> = Vec::new();
     for i in 0..args.nodes {
-        nodes.push(NodeProc::spawn(&format!("n{}", i + 1), &addrs[i as usize], &seed, args.shards, &dir)?);
+        nodes.push(NodeProc::spawn(&format!("n{}", i + 1), &addrs[i as usize], &seed, args.shards, &membership, &dir)?);
         if i == 0 {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
@@ -168,7 +169,10 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
         .cluster_name("shardline-demo")
         .node_name("driver")
         .proxy()
-        .membership(Seeds::new([seed.clone()]))
+        .membership_boxed(
+            shardline_cli::membership::provider(&args.membership, "shardline-demo", std::slice::from_ref(&seed))
+                .await?,
+        )
         .build()
         .await?;
     let accounts: EntityHandle<Account> = driver.register::<Account>(account_settings(args.shards)).await?;
@@ -212,7 +216,7 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
         match name {
             "scale-out" => {
                 let i = args.nodes as usize;
-                nodes.push(NodeProc::spawn(&format!("n{}", i + 1), &addrs[i], &seed, args.shards, &dir)?);
+                nodes.push(NodeProc::spawn(&format!("n{}", i + 1), &addrs[i], &seed, args.shards, &membership, &dir)?);
                 progress.line(format!("scale-out: started n{}", i + 1));
             }
             "graceful-leave" if nodes.len() > 1 => {

@@ -1,13 +1,15 @@
 //! `shardline node`: one node of the demo application. Stops cleanly on SIGTERM/SIGINT by
-//! leaving the cluster gracefully.
+//! leaving the cluster gracefully. A node fenced by its membership (lease lost, declared down)
+//! stops every shard at once and rejoins as a new incarnation.
 
 use std::time::Duration;
 
-use shardline::{Cluster, EntitySettings, Seeds};
+use shardline::{Cluster, EntitySettings};
 use tokio::signal::unix::{signal, SignalKind};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use crate::args::NodeArgs;
+use shardline_cli::membership::{lease_config, provider};
 use shardline_cli::{account_settings, Account, Echo};
 
 /// The entity types every demo node serves.
@@ -17,29 +19,24 @@ pub async fn register_all(cluster: &Cluster, shards: u32) -> Result<(), shardlin
     Ok(())
 }
 
-/// Runs a node until it is told to stop; returns the process exit code.
-pub async fn run(args: NodeArgs) -> i32 {
+async fn start(args: &NodeArgs) -> Result<Cluster, String> {
+    let membership = provider(&args.membership, &args.cluster, &args.seeds).await?;
     let mut b = Cluster::builder()
         .cluster_name(&args.cluster)
         .node_name(&args.name)
         .bind(&args.bind)
         .app_version(&args.app_version)
-        .membership(Seeds::new(args.seeds.clone()));
+        .membership_boxed(membership);
     if let Some(p) = &args.ownership_log {
         b = b.ownership_log(p);
     }
-    let cluster = match b.build().await {
-        Ok(c) => c,
-        Err(e) => {
-            error!(error = %e, "cannot start the node");
-            return 1;
-        }
-    };
-    if let Err(e) = register_all(&cluster, args.shards).await {
-        error!(error = %e, "cannot register entity types");
-        return 1;
-    }
-    info!(node = %cluster.node_id(), addr = %cluster.local_addr(), "serving");
+    let cluster = b.build().await.map_err(|e| e.to_string())?;
+    register_all(&cluster, args.shards).await.map_err(|e| e.to_string())?;
+    Ok(cluster)
+}
+
+/// Runs a node until it is told to stop; returns the process exit code.
+pub async fn run(args: NodeArgs) -> i32 {
     let (mut term, mut int) = match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
         (Ok(t), Ok(i)) => (t, i),
         _ => {
@@ -47,20 +44,42 @@ pub async fn run(args: NodeArgs) -> i32 {
             return 1;
         }
     };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-        reason = cluster.downed() => {
-            error!(%reason, "this node was removed from the cluster");
-            return 3;
+    let mut first = true;
+    loop {
+        let cluster = match start(&args).await {
+            Ok(c) => c,
+            Err(e) if first => {
+                error!(error = %e, "cannot start the node");
+                eprintln!("cannot start the node: {e}");
+                return 1;
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot rejoin yet");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        first = false;
+        info!(node = %cluster.node_id(), addr = %cluster.local_addr(), membership = %args.membership, "serving");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+            reason = cluster.downed() => {
+                warn!(%reason, "this node was fenced; rejoining as a new incarnation");
+                cluster.crash();
+                drop(cluster);
+                // Let the old incarnation's lease lapse before the new one claims the name.
+                tokio::time::sleep(lease_config().ttl).await;
+                continue;
+            }
         }
-    }
-    info!("stopping: leaving the cluster");
-    match cluster.leave_within(Duration::from_secs(60)).await {
-        Ok(()) => 0,
-        Err(e) => {
-            error!(error = %e, "graceful leave did not complete");
-            1
-        }
+        info!("stopping: leaving the cluster");
+        return match cluster.leave_within(Duration::from_secs(60)).await {
+            Ok(()) => 0,
+            Err(e) => {
+                error!(error = %e, "graceful leave did not complete");
+                1
+            }
+        };
     }
 }

@@ -12,12 +12,20 @@ pub struct NodeProc {
 
 impl NodeProc {
     /// Starts `shardline node` for `name` on `addr` with `seeds`.
-    pub fn spawn(name: &str, addr: &str, seeds: &str, shards: u32, dir: &std::path::Path) -> std::io::Result<NodeProc> {
+    pub fn spawn(
+        name: &str,
+        addr: &str,
+        seeds: &str,
+        shards: u32,
+        membership: &str,
+        dir: &std::path::Path,
+    ) -> std::io::Result<NodeProc> {
         let exe = std::env::current_exe()?;
         let log = dir.join(format!("{name}.log"));
         let stderr = std::fs::File::create(&log)?;
         let child = Command::new(exe)
             .args(["node", "--name", name, "--bind", addr, "--seeds", seeds, "--shards", &shards.to_string()])
+            .args(["--membership", membership, "--ownership-log", &dir.join("ownership.log").display().to_string()])
             .env("RUST_LOG", std::env::var("SHARDLINE_NODE_LOG").unwrap_or_else(|_| "info".into()))
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -60,6 +60,12 @@ impl ClusterBuilder {
         self
     }
 
+    /// Membership provider chosen at run time.
+    pub fn membership_boxed(mut self, provider: Box<dyn MembershipProvider>) -> Self {
+        self.membership = Some(provider);
+        self
+    }
+
     /// Application version (rolling updates with `VersionAware`).
     pub fn app_version(mut self, v: impl Into<String>) -> Self {
         self.app_version = v.into();

@@ -172,19 +172,19 @@ impl State {
         }
     }
 
-    /// Renews leadership, or tries to take it when nobody holds it.
+    /// Renews leadership, or tries to take it when nobody holds it (members that may lead);
+    /// everyone else only reads who leads.
     async fn elect(&mut self) {
-        if self.fenced
-            || self.my_rev.is_none()
-            || self.me.status != MemberStatus::Up
-            || self.me.roles.iter().any(|r| r == "proxy")
-        {
-            if let Some((l, rev)) = self.leader.take() {
-                if l.node == self.me.node {
-                    let _ = self.store.delete(&self.leader_key, Some(rev)).await;
-                }
+        let eligible = !self.fenced
+            && self.my_rev.is_some()
+            && self.me.status == MemberStatus::Up
+            && !self.me.roles.iter().any(|r| r == "proxy");
+        if let Some((l, rev)) = self.leader.clone() {
+            if l.node == self.me.node && !eligible {
+                self.leader = None;
+                let _ = self.store.delete(&self.leader_key, Some(rev)).await;
+                return;
             }
-            return;
         }
         if let Some((l, rev)) = self.leader.clone() {
             if l.node == self.me.node {
@@ -212,6 +212,7 @@ impl State {
             Ok(Some(e)) => {
                 self.leader = postcard::from_bytes::<LeaderRecord>(&e.value).ok().map(|l| (l, e.revision));
             }
+            Ok(None) if !eligible => self.leader = None,
             Ok(None) => {
                 // Take a new term, then claim the key.
                 let Ok(current) = self.store.get(&self.term_key).await else { return };
@@ -355,7 +356,7 @@ async fn run(
     transport: crate::transport::Transport,
 ) {
     let period = state.config.ttl / 3;
-    let observe_every = (state.config.ttl / 10).max(Duration::from_millis(100));
+    let observe_every = (state.config.ttl / 25).max(Duration::from_millis(50));
     let mut renew_at = Instant::now() + period;
     loop {
         tokio::select! {
@@ -386,6 +387,11 @@ async fn run(
             renew_at = Instant::now() + period;
         }
         state.observe().await;
+        // Followers watch the leader key closely, so a dead leader is replaced soon after its
+        // lease lapses; the leader renews on its own schedule above.
+        if !state.fenced && state.leader.as_ref().is_none_or(|(l, _)| l.node != state.me.node) {
+            state.elect().await;
+        }
         let v = state.view();
         for (n, a) in &v.addresses {
             if !v.is_fenced(n) {
