@@ -272,8 +272,10 @@ impl Cluster {
         if let Some(log) = &self.inner.log {
             let ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
             let what = if start { "start" } else { "stop" };
+            // One write per line: appends from several processes to one file stay whole.
+            let line = format!("{ms} {} {type_key} {} {epoch} {what}\n", self.inner.me, shard.0);
             let mut f = log.lock().unwrap_or_else(|e| e.into_inner());
-            let _ = writeln!(f, "{ms} {} {type_key} {} {epoch} {what}", self.inner.me, shard.0);
+            let _ = f.write_all(line.as_bytes());
         }
     }
 

@@ -163,6 +163,14 @@ impl State {
         }
     }
 
+    /// When this node must have stopped its shards unless it renews first.
+    fn fence_deadline(&self) -> Instant {
+        match self.my_rev {
+            Some(_) if !self.fenced => self.last_renewed + self.config.ttl.saturating_sub(self.config.safety_margin),
+            _ => Instant::now() + self.config.ttl,
+        }
+    }
+
     fn fence(&mut self) {
         if !self.fenced {
             warn!("fencing this node: its lease cannot be kept");
@@ -359,6 +367,9 @@ async fn run(
     let observe_every = (state.config.ttl / 25).max(Duration::from_millis(50));
     let mut renew_at = Instant::now() + period;
     loop {
+        // No store call may outlive the fencing deadline: a store that hangs must not keep this
+        // node hosting past the point where its lease could be taken over.
+        let deadline = state.fence_deadline();
         tokio::select! {
             c = ctl.recv() => match c {
                 Some(Control::Leave) => {
@@ -368,43 +379,71 @@ async fn run(
                 Some(Control::Exit) => {
                     state.me.status = MemberStatus::Removed;
                     if let Some(rev) = state.my_rev.take() {
-                        let _ = state.store.delete(&state.member_key, Some(rev)).await;
+                        let _ = tokio::time::timeout(state.config.ttl, state.store.delete(&state.member_key, Some(rev))).await;
                     }
                     if let Some((l, rev)) = state.leader.take() {
                         if l.node == state.me.node {
-                            let _ = state.store.delete(&state.leader_key, Some(rev)).await;
+                            let _ = tokio::time::timeout(state.config.ttl, state.store.delete(&state.leader_key, Some(rev))).await;
                         }
                     }
                     state.fenced = true;
                 }
                 Some(Control::Halt) | None => return,
             },
-            _ = tokio::time::sleep_until(renew_at.min(Instant::now() + observe_every)) => {}
+            _ = tokio::time::sleep_until(renew_at.min(Instant::now() + observe_every).min(deadline)) => {}
+        }
+        if Instant::now() >= state.fence_deadline() {
+            state.fence();
+            publish(&state, &view_tx, &transport);
         }
         if !state.fenced && Instant::now() >= renew_at {
-            state.renew().await;
-            state.elect().await;
+            let d = state.fence_deadline();
+            if tokio::time::timeout_at(d, state.renew()).await.is_err() {
+                state.fence();
+            }
+            if state.fenced {
+                publish(&state, &view_tx, &transport);
+            }
+            let d = state.fence_deadline();
+            if tokio::time::timeout_at(d, state.elect()).await.is_err() {
+                state.fence();
+            }
             renew_at = Instant::now() + period;
         }
-        state.observe().await;
+        if state.fenced {
+            // Stop the shards now, not after the next (possibly slow) read of the store.
+            publish(&state, &view_tx, &transport);
+        }
+        let d = state.fence_deadline();
+        if tokio::time::timeout_at(d, state.observe()).await.is_err() {
+            state.fence();
+        }
         // Followers watch the leader key closely, so a dead leader is replaced soon after its
         // lease lapses; the leader renews on its own schedule above.
         if !state.fenced && state.leader.as_ref().is_none_or(|(l, _)| l.node != state.me.node) {
-            state.elect().await;
-        }
-        let v = state.view();
-        for (n, a) in &v.addresses {
-            if !v.is_fenced(n) {
-                transport.set_address(n, *a);
+            let d = state.fence_deadline();
+            if tokio::time::timeout_at(d, state.elect()).await.is_err() {
+                state.fence();
             }
         }
-        view_tx.send_if_modified(|old| {
-            if *old != v {
-                *old = v;
-                true
-            } else {
-                false
-            }
-        });
+        publish(&state, &view_tx, &transport);
     }
+}
+
+/// Sends the current view to the node (when it changed).
+fn publish(state: &State, view_tx: &watch::Sender<ClusterView>, transport: &crate::transport::Transport) {
+    let v = state.view();
+    for (n, a) in &v.addresses {
+        if !v.is_fenced(n) {
+            transport.set_address(n, *a);
+        }
+    }
+    view_tx.send_if_modified(|old| {
+        if *old != v {
+            *old = v;
+            true
+        } else {
+            false
+        }
+    });
 }

@@ -1,0 +1,284 @@
+//! Failure tests on real coordination servers, with real `shardline node` processes.
+//! Needs: etcd (Debian `etcd-server`) and nats-server with JetStream (Debian `nats-server`);
+//! each test starts its own server on free loopback ports. A missing binary fails the test.
+//!
+//! Every node appends `time node type shard epoch start|stop` to one ownership log; after each
+//! test a checker proves no two nodes ever hosted the same shard at overlapping times (a killed
+//! node's shards count as hosted until the moment it was killed).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use shardline::membership::lease::server::ServerProcess;
+use shardline::{Cluster, EntityHandle};
+use shardline_cli::membership::{provider, MembershipSpec};
+use shardline_cli::{account_settings, Account, AccountCmd};
+
+const SHARDS: u32 = 32;
+/// Lease TTL of the nodes (the CLI default).
+const TTL: Duration = Duration::from_secs(5);
+
+fn now_ms() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Node {
+    name: String,
+    port: u16,
+    child: Option<Child>,
+}
+
+impl Node {
+    fn spawn(name: &str, membership: &str, log: &Path) -> Node {
+        let port = free_port();
+        let mut n = Node { name: name.into(), port, child: None };
+        n.start(membership, log);
+        n
+    }
+
+    fn start(&mut self, membership: &str, log: &Path) {
+        let child = Command::new(env!("CARGO_BIN_EXE_shardline"))
+            .args(["node", "--name", &self.name, "--bind", &format!("127.0.0.1:{}", self.port)])
+            .args(["--membership", membership, "--shards", &SHARDS.to_string()])
+            .args(["--ownership-log", &log.display().to_string()])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("the shardline binary starts");
+        self.child = Some(child);
+    }
+
+    /// kill -9; returns when it happened.
+    fn kill(&mut self) -> u128 {
+        let at = now_ms();
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        at
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn temp_log(what: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("shardline-ownership-{what}-{}-{}.log", std::process::id(), now_ms()))
+}
+
+async fn driver(spec: &MembershipSpec) -> (Cluster, EntityHandle<Account>) {
+    let _ = tracing_subscriber::fmt().with_env_filter("warn").with_test_writer().try_init();
+    let p = provider(spec, "shardline-demo", &[]).await.expect("store reachable");
+    let c = Cluster::builder()
+        .cluster_name("shardline-demo")
+        .node_name("test-driver")
+        .proxy()
+        .membership_boxed(p)
+        .build()
+        .await
+        .unwrap();
+    let h = c.register::<Account>(account_settings(SHARDS)).await.unwrap();
+    (c, h)
+}
+
+async fn eventually(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < limit, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    start.elapsed()
+}
+
+fn owners(h: &EntityHandle<Account>) -> Vec<String> {
+    h.shard_homes().iter().map(|o| o.as_ref().map(|n| n.name.to_string()).unwrap_or_default()).collect()
+}
+
+/// Asks one entity per shard until all answer; returns how long it took.
+async fn every_shard_answers(h: &EntityHandle<Account>, limit: Duration) -> Duration {
+    let start = Instant::now();
+    let mut ids = vec![String::new(); SHARDS as usize];
+    let mut k = 0;
+    while ids.iter().any(String::is_empty) {
+        let id = format!("probe-{k}");
+        let s = shardline_core::shard_of(&id, SHARDS).0 as usize;
+        if ids[s].is_empty() {
+            ids[s] = id;
+        }
+        k += 1;
+    }
+    loop {
+        let mut failed = Vec::new();
+        for (shard, id) in ids.iter().enumerate() {
+            if let Err(e) = h.entity_ref(id).ask_timeout(AccountCmd::Balance, Duration::from_millis(300)).await {
+                failed.push((shard, e));
+            }
+        }
+        if failed.is_empty() {
+            return start.elapsed();
+        }
+        assert!(start.elapsed() < limit, "some shards never answered again: {:?}", &failed[..failed.len().min(4)]);
+    }
+}
+
+/// (from, to, node) of one node hosting one shard.
+type Interval = (u128, u128, String);
+
+/// Proves no two nodes hosted the same shard at overlapping times. `killed` closes the
+/// intervals of nodes (by name prefix `name#`) killed at that time.
+fn check_ownership(log: &Path, killed: &[(String, u128)]) {
+    let text = std::fs::read_to_string(log).expect("ownership log exists");
+    // (type, shard) -> node -> intervals
+    let mut open: HashMap<(String, String), HashMap<String, u128>> = HashMap::new();
+    let mut intervals: HashMap<(String, String), Vec<Interval>> = HashMap::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let [t, node, ty, shard, _epoch, what] = f[..] else { panic!("bad ownership line: {line}") };
+        let t: u128 = t.parse().unwrap();
+        let key = (ty.to_string(), shard.to_string());
+        match what {
+            "start" => {
+                open.entry(key).or_default().insert(node.to_string(), t);
+            }
+            "stop" => {
+                if let Some(s) = open.entry(key.clone()).or_default().remove(node) {
+                    intervals.entry(key).or_default().push((s, t, node.to_string()));
+                }
+            }
+            other => panic!("bad ownership event {other}"),
+        }
+    }
+    let end = now_ms();
+    for (key, nodes) in open {
+        for (node, s) in nodes {
+            let name = node.split('#').next().unwrap_or("");
+            let stop = killed.iter().filter(|(n, at)| n == name && *at >= s).map(|(_, at)| *at).min().unwrap_or(end);
+            intervals.entry(key.clone()).or_default().push((s, stop, node));
+        }
+    }
+    for (key, mut iv) in intervals {
+        iv.sort();
+        for w in iv.windows(2) {
+            assert!(
+                w[0].1 <= w[1].0,
+                "{key:?} hosted by {} until {} and by {} from {}",
+                w[0].2,
+                w[0].1,
+                w[1].2,
+                w[1].0
+            );
+        }
+    }
+}
+
+fn spec(server: &ServerProcess, etcd: bool) -> (MembershipSpec, String) {
+    if etcd {
+        (MembershipSpec::Etcd(server.addr.clone()), format!("etcd://{}", server.addr))
+    } else {
+        (MembershipSpec::Nats(format!("nats://{}", server.addr)), format!("nats://{}", server.addr))
+    }
+}
+
+async fn kill_member_then_leader(etcd: bool) {
+    let server = if etcd { ServerProcess::etcd() } else { ServerProcess::nats() }.expect("server starts");
+    let (spec, url) = spec(&server, etcd);
+    let log = temp_log("kill");
+    let mut nodes: Vec<Node> = ["n1", "n2", "n3"].iter().map(|n| Node::spawn(n, &url, &log)).collect();
+    let (driver, h) = driver(&spec).await;
+    let h2 = h.clone();
+    eventually("three nodes host shards", Duration::from_secs(60), move || {
+        let o = owners(&h2);
+        ["n1", "n2", "n3"].iter().all(|n| o.iter().any(|x| x == n))
+    })
+    .await;
+    every_shard_answers(&h, Duration::from_secs(30)).await;
+    let mut killed = Vec::new();
+    // A member (not the leader) dies.
+    let d = driver.clone();
+    eventually("the driver knows the leader", Duration::from_secs(30), move || d.view().leader.is_some()).await;
+    let (leader, term) = driver.view().leader.expect("a leader");
+    let victim = nodes.iter().position(|n| *n.name != *leader.name).unwrap();
+    let name = nodes[victim].name.clone();
+    killed.push((name.clone(), nodes[victim].kill()));
+    let took = every_shard_answers(&h, Duration::from_secs(60)).await;
+    let h3 = h.clone();
+    eventually("no shard on the dead member", Duration::from_secs(30), move || owners(&h3).iter().all(|o| *o != name))
+        .await;
+    assert!(took < TTL * 4, "member failover took {took:?}");
+    // The leader dies: a new one with a larger term takes over.
+    let victim = nodes.iter().position(|n| *n.name == *leader.name).unwrap();
+    killed.push((nodes[victim].name.clone(), nodes[victim].kill()));
+    let d2 = driver.clone();
+    eventually("a new leader with a larger term", Duration::from_secs(60), move || {
+        d2.view().leader.is_some_and(|(l, t)| *l.name != *leader.name && t > term)
+    })
+    .await;
+    every_shard_answers(&h, Duration::from_secs(60)).await;
+    drop(nodes);
+    check_ownership(&log, &killed);
+}
+
+async fn store_outage_fences_everyone(etcd: bool) {
+    let mut server = if etcd { ServerProcess::etcd() } else { ServerProcess::nats() }.expect("server starts");
+    let (spec, url) = spec(&server, etcd);
+    let log = temp_log("outage");
+    let nodes: Vec<Node> = ["n1", "n2"].iter().map(|n| Node::spawn(n, &url, &log)).collect();
+    let (_driver, h) = driver(&spec).await;
+    let h2 = h.clone();
+    eventually("two nodes host shards", Duration::from_secs(60), move || {
+        let o = owners(&h2);
+        ["n1", "n2"].iter().all(|n| o.iter().any(|x| x == n))
+    })
+    .await;
+    let stopped_at = now_ms();
+    server.stop();
+    // Longer than the TTL: every node stops its shards (the log shows every shard stopped).
+    tokio::time::sleep(TTL + Duration::from_secs(2)).await;
+    let text = std::fs::read_to_string(&log).unwrap();
+    let mut hosting: HashMap<String, bool> = HashMap::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let t: u128 = f[0].parse().unwrap();
+        if t <= stopped_at + TTL.as_millis() {
+            hosting.insert(format!("{} {}", f[1], f[3]), f[5] == "start");
+        }
+    }
+    assert!(hosting.values().all(|h| !h), "a node kept hosting without the store: {hosting:?}");
+    // The store returns: the cluster recovers by itself. This test's driver held a lease too
+    // and fenced itself like every node: a client rejoins as a new incarnation.
+    server.resume().unwrap();
+    let (_driver2, h) = driver(&spec).await;
+    every_shard_answers(&h, Duration::from_secs(90)).await;
+    drop(nodes);
+    check_ownership(&log, &[]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_kill_member_then_leader() {
+    kill_member_then_leader(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_kill_member_then_leader() {
+    kill_member_then_leader(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_store_outage_fences_everyone() {
+    store_outage_fences_everyone(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_store_outage_fences_everyone() {
+    store_outage_fences_everyone(false).await;
+}
