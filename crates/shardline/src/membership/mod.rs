@@ -75,6 +75,28 @@ pub trait MembershipControl: Send + Sync {
     fn halt(&self);
 }
 
+/// What a node asks of its running provider.
+pub(crate) enum Control {
+    Leave,
+    Exit,
+    Halt,
+}
+
+/// The [`MembershipControl`] of the built-in providers: commands over a channel to their task.
+pub(crate) struct ControlHandle(pub(crate) mpsc::UnboundedSender<Control>);
+
+impl MembershipControl for ControlHandle {
+    fn leave(&self) {
+        let _ = self.0.send(Control::Leave);
+    }
+    fn exit(&self) {
+        let _ = self.0.send(Control::Exit);
+    }
+    fn halt(&self) {
+        let _ = self.0.send(Control::Halt);
+    }
+}
+
 /// A boxed future, for object-safe providers.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 

@@ -20,7 +20,7 @@ use shardline_core::{Member, MemberStatus, MembershipView, NodeId, PhiAccrualCon
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
-use super::{BoxFuture, ClusterView, MembershipControl, MembershipHandle, MembershipProvider, ProviderContext};
+use super::{BoxFuture, ClusterView, Control, ControlHandle, MembershipHandle, MembershipProvider, ProviderContext};
 use crate::error::ConfigError;
 use crate::transport::Frame;
 
@@ -108,26 +108,6 @@ fn rank(s: MemberStatus) -> u8 {
         MemberStatus::Exiting => 3,
         MemberStatus::Down => 4,
         MemberStatus::Removed => 5,
-    }
-}
-
-enum Control {
-    Leave,
-    Exit,
-    Halt,
-}
-
-struct ControlHandle(mpsc::UnboundedSender<Control>);
-
-impl MembershipControl for ControlHandle {
-    fn leave(&self) {
-        let _ = self.0.send(Control::Leave);
-    }
-    fn exit(&self) {
-        let _ = self.0.send(Control::Exit);
-    }
-    fn halt(&self) {
-        let _ = self.0.send(Control::Halt);
     }
 }
 
@@ -368,7 +348,7 @@ impl MembershipProvider for Seeds {
             let (view_tx, views) = watch::channel(state.view());
             let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
             tokio::spawn(run(state, seeds, ctx, view_tx, ctl_rx));
-            let control: Arc<dyn MembershipControl> = Arc::new(ControlHandle(ctl_tx));
+            let control: Arc<dyn super::MembershipControl> = Arc::new(ControlHandle(ctl_tx));
             Ok(MembershipHandle { views, control })
         })
     }

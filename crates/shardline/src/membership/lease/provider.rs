@@ -24,7 +24,7 @@ use tracing::{info, warn};
 use super::store::{CoordinationStore, Revision};
 use crate::error::ConfigError;
 use crate::membership::{
-    BoxFuture, ClusterView, MembershipControl, MembershipHandle, MembershipProvider, ProviderContext,
+    BoxFuture, ClusterView, Control, ControlHandle, MembershipHandle, MembershipProvider, ProviderContext,
 };
 
 /// Settings of lease-based membership.
@@ -80,26 +80,6 @@ struct MemberRecord {
 struct LeaderRecord {
     node: NodeId,
     term: u64,
-}
-
-enum Control {
-    Leave,
-    Exit,
-    Halt,
-}
-
-struct ControlHandle(mpsc::UnboundedSender<Control>);
-
-impl MembershipControl for ControlHandle {
-    fn leave(&self) {
-        let _ = self.0.send(Control::Leave);
-    }
-    fn exit(&self) {
-        let _ = self.0.send(Control::Exit);
-    }
-    fn halt(&self) {
-        let _ = self.0.send(Control::Halt);
-    }
 }
 
 fn encode<T: Serialize>(v: &T) -> Vec<u8> {
