@@ -17,6 +17,11 @@ use shardline_cli::membership::{provider, MembershipSpec};
 use shardline_cli::{account_settings, Account, AccountCmd};
 
 const SHARDS: u32 = 32;
+
+/// These tests stop and restart servers and nodes on ports chosen as free at the time: run
+/// concurrently, one test could take a port another test's stopped server must come back on.
+/// So they run one at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// Lease TTL of the nodes (the CLI default).
 const TTL: Duration = Duration::from_secs(5);
 
@@ -47,7 +52,7 @@ impl Node {
             .args(["node", "--name", &self.name, "--bind", &format!("127.0.0.1:{}", self.port)])
             .args(["--membership", membership, "--shards", &SHARDS.to_string()])
             .args(["--ownership-log", &log.display().to_string()])
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", std::env::var("SHARDLINE_TEST_NODE_LOG").unwrap_or_else(|_| "warn".into()))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn()
@@ -190,6 +195,7 @@ fn spec(server: &ServerProcess, etcd: bool) -> (MembershipSpec, String) {
 }
 
 async fn kill_member_then_leader(etcd: bool) {
+    let _one = ONE_AT_A_TIME.lock().await;
     let server = if etcd { ServerProcess::etcd() } else { ServerProcess::nats() }.expect("server starts");
     let (spec, url) = spec(&server, etcd);
     let log = temp_log("kill");
@@ -229,6 +235,7 @@ async fn kill_member_then_leader(etcd: bool) {
 }
 
 async fn store_outage_fences_everyone(etcd: bool) {
+    let _one = ONE_AT_A_TIME.lock().await;
     let mut server = if etcd { ServerProcess::etcd() } else { ServerProcess::nats() }.expect("server starts");
     let (spec, url) = spec(&server, etcd);
     let log = temp_log("outage");
