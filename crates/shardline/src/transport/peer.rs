@@ -70,20 +70,12 @@ async fn run(node: NodeId, addr: SocketAddr, shared: Arc<Shared>, mut rx: mpsc::
                 debug!(peer = %node, %addr, "connected");
                 s
             }
-            Ok(Err(e)) => {
-                info!(peer = %node, %addr, error = %e, "cannot reach peer");
-                if !give_back_until(&node, &shared, &mut rx, Some(first), backoff).await {
-                    return;
-                }
-                backoff = (backoff * 2).min(shared.config.backoff_max) + jitter(&mut seed, backoff);
-                match rx.recv().await {
-                    Some(f) => first = f,
-                    None => return,
-                }
-                continue;
-            }
-            Err(_) => {
-                info!(peer = %node, %addr, "connect timed out");
+            failed => {
+                let error = match failed {
+                    Ok(Err(e)) => e,
+                    _ => super::TransportError::HandshakeTimeout,
+                };
+                info!(peer = %node, %addr, %error, "cannot reach peer");
                 if !give_back_until(&node, &shared, &mut rx, Some(first), backoff).await {
                     return;
                 }
