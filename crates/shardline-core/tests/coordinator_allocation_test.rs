@@ -7,16 +7,7 @@ use shardline_core::{CoordinatorCommand, DomainEvent, MemberStatus, ShardId};
 
 #[test]
 fn allocates_every_shard_once_all_members_reported() {
-    let mut c = shardline_core::CoordinatorEngine::new(
-        config(4),
-        node("a"),
-        1,
-        Box::new(shardline_core::LeastShards::unlimited()),
-        view(&["a", "b"]),
-        None,
-        0,
-    )
-    .unwrap();
+    let mut c = recovering(4, &["a", "b"], 1, None);
     let cmds = drain(&mut c);
     assert!(cmds.contains(&CoordinatorCommand::RequestRegistration { to: vec![node("a"), node("b")] }));
     c.handle_register(0, &node("a"), 1, &[], true);

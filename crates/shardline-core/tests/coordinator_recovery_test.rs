@@ -7,16 +7,7 @@ use shardline_core::{CoordinatorCommand, DomainEvent, Epoch, ShardHome, ShardId,
 
 #[test]
 fn reports_rebuild_the_map_without_moving_anything() {
-    let mut c = shardline_core::CoordinatorEngine::new(
-        config(2),
-        node("a"),
-        7,
-        Box::new(shardline_core::LeastShards::unlimited()),
-        view(&["a", "b"]),
-        None,
-        0,
-    )
-    .unwrap();
+    let mut c = recovering(2, &["a", "b"], 7, None);
     drain(&mut c);
     let e = Epoch { term: 3, seq: 4 };
     c.handle_register(1, &node("a"), 7, &[(ShardId(0), e)], true);
@@ -48,16 +39,7 @@ fn stored_map_is_not_announced_before_its_owner_confirms() {
     let mut stored = ShardMap::new(2).unwrap();
     stored.assign(ShardId(0), node("b"), 1).unwrap();
     stored.assign(ShardId(1), node("b"), 1).unwrap();
-    let mut c = shardline_core::CoordinatorEngine::new(
-        config(2),
-        node("a"),
-        2,
-        Box::new(shardline_core::LeastShards::unlimited()),
-        view(&["a", "b"]),
-        Some(stored),
-        0,
-    )
-    .unwrap();
+    let mut c = recovering(2, &["a", "b"], 2, Some(stored));
     drain(&mut c);
     c.handle_register(1, &node("a"), 2, &[], true);
     let cmds = drain(&mut c);
@@ -74,16 +56,7 @@ fn stored_map_is_not_announced_before_its_owner_confirms() {
 
 #[test]
 fn silent_members_are_asked_again_while_recovering() {
-    let mut c = shardline_core::CoordinatorEngine::new(
-        config(2),
-        node("a"),
-        1,
-        Box::new(shardline_core::LeastShards::unlimited()),
-        view(&["a", "b"]),
-        None,
-        0,
-    )
-    .unwrap();
+    let mut c = recovering(2, &["a", "b"], 1, None);
     c.handle_register(0, &node("a"), 1, &[], true);
     drain(&mut c);
     assert!(c.poll_timeout().is_some());

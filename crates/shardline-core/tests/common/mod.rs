@@ -31,17 +31,14 @@ pub fn coordinator(shards: u32, names: &[&str]) -> CoordinatorEngine {
     coordinator_with(shards, names, None)
 }
 
+/// A coordinator of `term` on "a" that has just started: recovering, nobody registered yet.
+pub fn recovering(shards: u32, names: &[&str], term: u64, stored: Option<ShardMap>) -> CoordinatorEngine {
+    CoordinatorEngine::new(config(shards), node("a"), term, Box::new(LeastShards::unlimited()), view(names), stored, 0)
+        .unwrap()
+}
+
 pub fn coordinator_with(shards: u32, names: &[&str], stored: Option<ShardMap>) -> CoordinatorEngine {
-    let mut c = CoordinatorEngine::new(
-        config(shards),
-        node("a"),
-        1,
-        Box::new(LeastShards::unlimited()),
-        view(names),
-        stored,
-        0,
-    )
-    .unwrap();
+    let mut c = recovering(shards, names, 1, stored);
     for n in names {
         c.handle_register(0, &node(n), 1, &[], true);
     }
