@@ -90,21 +90,32 @@ where
     (ops, percentiles(&mut lat))
 }
 
+/// References to `n` echo entities, each asked once so that they exist.
+async fn started_echoes(echo: &EntityHandle<Echo>, n: u64) -> Result<Arc<Vec<EntityRef<Echo>>>, BoxError> {
+    let refs: Vec<EntityRef<Echo>> = (0..n).map(|i| echo.entity_ref(format!("e{i}"))).collect();
+    for r in &refs {
+        r.ask(0).await?;
+    }
+    Ok(Arc::new(refs))
+}
+
+/// `workers` callers asking random echo entities for `d`.
+async fn ask_echoes(refs: &Arc<Vec<EntityRef<Echo>>>, workers: u64, d: Duration) -> (f64, Latency) {
+    let refs = refs.clone();
+    drive(workers, d, move |_, rng| {
+        let r = refs[(rng % refs.len() as u64) as usize].clone();
+        async move { r.ask(rng).await.is_ok() }
+    })
+    .await
+}
+
 async fn local_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let n = args.entities.unwrap_or(1_000).max(1);
     let d = Duration::from_secs(args.duration_secs);
     let cluster = Cluster::builder().cluster_name("bench-local").build().await?;
     let echo: EntityHandle<Echo> = cluster.register::<Echo>(EntitySettings::new("echo").shards(1024)).await?;
-    let refs: Arc<Vec<EntityRef<Echo>>> = Arc::new((0..n).map(|i| echo.entity_ref(format!("e{i}"))).collect());
-    for r in refs.iter() {
-        r.ask(0).await?;
-    }
-    let r2 = refs.clone();
-    let (ops, lat) = drive(args.concurrency, d, move |_, rng| {
-        let r = r2[(rng % n) as usize].clone();
-        async move { r.ask(rng).await.is_ok() }
-    })
-    .await;
+    let refs = started_echoes(&echo, n).await?;
+    let (ops, lat) = ask_echoes(&refs, args.concurrency, d).await;
     // Baseline: one task per entity behind an mpsc channel, replies on a oneshot.
     let mut senders = Vec::new();
     for _ in 0..n {
@@ -195,22 +206,9 @@ async fn remote_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let (_nodes, _addrs, driver, _dir) = cluster_of(1, shards, "bench-remote", &args.membership).await?;
     let echo: EntityHandle<Echo> = driver.register::<Echo>(EntitySettings::new("echo").shards(shards)).await?;
     settle(&echo, 1, Duration::from_secs(60)).await?;
-    let refs: Arc<Vec<EntityRef<Echo>>> = Arc::new((0..n).map(|i| echo.entity_ref(format!("e{i}"))).collect());
-    for r in refs.iter() {
-        r.ask(0).await?;
-    }
-    let r2 = refs.clone();
-    let (ops, lat) = drive(args.concurrency, d, move |_, rng| {
-        let r = r2[(rng % n) as usize].clone();
-        async move { r.ask(rng).await.is_ok() }
-    })
-    .await;
-    let r3 = refs.clone();
-    let (_, single) = drive(1, Duration::from_secs(2), move |_, rng| {
-        let r = r3[(rng % n) as usize].clone();
-        async move { r.ask(rng).await.is_ok() }
-    })
-    .await;
+    let refs = started_echoes(&echo, n).await?;
+    let (ops, lat) = ask_echoes(&refs, args.concurrency, d).await;
+    let (_, single) = ask_echoes(&refs, 1, Duration::from_secs(2)).await;
     // Baseline: a bare TCP echo server in another process, one connection per caller,
     // request/reply of the same payload size as an ask of a u64.
     let port = free_port()?;
