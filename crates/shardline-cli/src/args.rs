@@ -2,6 +2,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use shardline_cli::membership::MembershipSpec;
+use shardline_cli::StrategyArg;
 
 /// Shardline: cluster sharding for Rust.
 #[derive(Parser, Debug)]
@@ -53,6 +54,10 @@ pub struct NodeArgs {
     /// Application version (for version-aware allocation).
     #[arg(long, env = "SHARDLINE_APP_VERSION", default_value = "1")]
     pub app_version: String,
+    /// Allocation strategy of the account type: least-shards, version-aware, consistent-hash
+    /// or ranges (the same on every node).
+    #[arg(long, env = "SHARDLINE_STRATEGY", default_value = "least-shards")]
+    pub strategy: StrategyArg,
     /// Append shard start/stop lines to this file.
     #[arg(long, env = "SHARDLINE_OWNERSHIP_LOG")]
     pub ownership_log: Option<String>,
@@ -84,6 +89,13 @@ pub struct DemoArgs {
     /// Membership: seeds, etcd://HOST:PORT or nats://HOST:PORT.
     #[arg(long, default_value = "seeds")]
     pub membership: MembershipSpec,
+    /// `standard`: scale-out, graceful leave, kill -9. `rolling-restart`: every node restarted
+    /// one by one with a new application version.
+    #[arg(long, default_value = "standard", value_parser = ["standard", "rolling-restart"])]
+    pub scenario: String,
+    /// Allocation strategy of the account type (passed to every node).
+    #[arg(long, default_value = "least-shards")]
+    pub strategy: StrategyArg,
 }
 
 #[derive(Args, Debug, Clone)]

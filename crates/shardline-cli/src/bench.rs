@@ -168,7 +168,7 @@ async fn cluster_of(
     let seed = addrs[0].clone();
     let mut nodes = Vec::new();
     for (i, addr) in addrs.iter().take(count).enumerate() {
-        nodes.push(NodeProc::spawn(&format!("n{}", i + 1), addr, &seed, shards, &membership.to_string(), &dir)?);
+        nodes.push(NodeProc::spawn(&format!("n{}", i + 1), addr, &seed, shards, &membership.to_string(), &dir, &[])?);
         if i == 0 {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
@@ -394,7 +394,7 @@ async fn rebalance(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let probes = Arc::new(probe_ids(shards));
     let event = Instant::now();
     let monitor = HomeMonitor::start(&accounts, probes, event);
-    nodes.push(NodeProc::spawn("n4", &addrs[3], &addrs[0], shards, &args.membership.to_string(), &dir)?);
+    nodes.push(NodeProc::spawn("n4", &addrs[3], &addrs[0], shards, &args.membership.to_string(), &dir, &[])?);
     settle(&accounts, 4, Duration::from_secs(60)).await?;
     let (moved, served) = monitor.finish(Duration::from_secs(60)).await;
     let served = served.ok_or("moved shards never served again")?;
@@ -489,7 +489,8 @@ async fn failover(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
         runs.push(json!({ "killed": name, "was_leader": was_leader, "failover_ms": ms }));
         // Bring it back as a new incarnation and let the cluster settle.
         let idx = name.trim_start_matches('n').parse::<usize>().unwrap_or(1).saturating_sub(1);
-        nodes[victim] = NodeProc::spawn(&name, &addrs[idx], &addrs[0], shards, &args.membership.to_string(), &dir)?;
+        nodes[victim] =
+            NodeProc::spawn(&name, &addrs[idx], &addrs[0], shards, &args.membership.to_string(), &dir, &[])?;
         settle(&accounts, 3, Duration::from_secs(120)).await?;
     }
     stop.store(true, Ordering::Relaxed);

@@ -29,6 +29,12 @@ pub struct PhaseReport {
     pub rehomed: bool,
     pub errors: BTreeMap<String, u64>,
     pub ledger_checked: bool,
+    /// Rolling restart: shards on nodes of the new version at the end of the phase.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub new_version_shards: Option<usize>,
+    /// Rolling restart: whether a node of the old version was given a shard during the phase.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub old_version_gained: Option<bool>,
 }
 
 #[derive(Debug, Serialize)]
@@ -115,11 +121,57 @@ async fn wait_for(what: &str, limit: Duration, progress: &Progress, mut cond: im
     true
 }
 
+/// The application version of the nodes a rolling restart starts.
+const NEW_VERSION: &str = "2";
+
+/// Shards per hosting node, with each node's application version.
+fn shards_by_version(driver: &Cluster, accounts: &EntityHandle<Account>) -> Vec<(shardline::NodeId, String, usize)> {
+    let view = driver.view();
+    let mut counts: BTreeMap<shardline::NodeId, usize> = BTreeMap::new();
+    for owner in accounts.shard_homes().into_iter().flatten() {
+        *counts.entry(owner).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .map(|(n, c)| {
+            let v = view.view.get(&n).map(|m| m.app_version.to_string()).unwrap_or_default();
+            (n, v, c)
+        })
+        .collect()
+}
+
+/// Watches a rolling restart phase: did any old-version node get more shards than it had?
+/// Only once a new-version node serves: before, the old version is all there is.
+fn watch_old_versions(driver: &Cluster, accounts: &EntityHandle<Account>) -> Option<tokio::task::JoinHandle<bool>> {
+    let (driver, accounts) = (driver.clone(), accounts.clone());
+    let new_up = driver.view().view.members().any(|m| {
+        m.status == shardline_core::MemberStatus::Up && !m.is_proxy() && m.app_version.to_string() == NEW_VERSION
+    });
+    if !new_up {
+        return None;
+    }
+    let start: BTreeMap<_, _> = shards_by_version(&driver, &accounts)
+        .into_iter()
+        .filter(|(_, v, _)| v != NEW_VERSION)
+        .map(|(n, _, c)| (n, c))
+        .collect();
+    Some(tokio::spawn(async move {
+        loop {
+            for (n, v, c) in shards_by_version(&driver, &accounts) {
+                if v != NEW_VERSION && c > start.get(&n).copied().unwrap_or(0) {
+                    return true;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }))
+}
+
 fn hosts_up(driver: &Cluster) -> Vec<String> {
     let v = driver.view();
     v.view
         .members()
-        .filter(|m| m.status == shardline_core::MemberStatus::Up && !m.roles.contains("proxy"))
+        .filter(|m| m.status == shardline_core::MemberStatus::Up && !m.is_proxy())
         .map(|m| m.node.name.to_string())
         .collect()
 }
@@ -147,7 +199,10 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
         };
         addrs.push(format!("127.0.0.1:{port}"));
     }
-    let seed = addrs[0].clone();
+    // Every first node is a seed: a restarted first seed then finds the cluster through the
+    // others instead of starting a second one.
+    let seed_list: Vec<String> = addrs[..args.nodes as usize].to_vec();
+    let seed = seed_list.join(",");
     let membership = args.membership.to_string();
     println!(
         "Shardline demo: {} node processes ({membership}), {} shards, {} accounts, {} callers, {} s per phase (logs in {})",
@@ -158,9 +213,21 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
         args.duration_secs,
         dir.display()
     );
+    let node_flags = |version: &str| -> Vec<String> {
+        vec!["--app-version".into(), version.into(), "--strategy".into(), args.strategy.to_string()]
+    };
     let mut nodes: Vec<NodeProc> = Vec::new();
     for i in 0..args.nodes {
-        nodes.push(NodeProc::spawn(&format!("n{}", i + 1), &addrs[i as usize], &seed, args.shards, &membership, &dir)?);
+        let name = format!("n{}", i + 1);
+        nodes.push(NodeProc::spawn(
+            &name,
+            &addrs[i as usize],
+            &seed,
+            args.shards,
+            &membership,
+            &dir,
+            &node_flags("1"),
+        )?);
         if i == 0 {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
@@ -169,10 +236,7 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
         .cluster_name("shardline-demo")
         .node_name("driver")
         .proxy()
-        .membership_boxed(
-            shardline_cli::membership::provider(&args.membership, "shardline-demo", std::slice::from_ref(&seed))
-                .await?,
-        )
+        .membership_boxed(shardline_cli::membership::provider(&args.membership, "shardline-demo", &seed_list).await?)
         .build()
         .await?;
     let accounts: EntityHandle<Account> = driver.register::<Account>(account_settings(args.shards)).await?;
@@ -190,10 +254,18 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
         return Ok(1);
     }
     // Start measuring once the initial allocation has settled: every host holds its share.
+    // LeastShards reaches max − min ≤ 1; the other strategies follow their own rules, so for
+    // them "settled" means every host holds shards and nothing moved for two seconds.
     let a3 = accounts.clone();
+    let least_shards = matches!(args.strategy.0, shardline::StrategyKind::LeastShards { .. });
+    let mut last = (shards_per_node(&a3.shard_homes()), Instant::now());
     let balanced = wait_for("the initial rebalance to settle", Duration::from_secs(60), &progress, || {
         let per = shards_per_node(&a3.shard_homes());
-        per.len() == want && per.values().max().unwrap_or(&0) - per.values().min().unwrap_or(&0) <= 1
+        if per != last.0 {
+            last = (per.clone(), Instant::now());
+        }
+        let spread = per.values().max().unwrap_or(&0) - per.values().min().unwrap_or(&0);
+        per.len() == want && (spread <= 1 || !least_shards && last.1.elapsed() >= Duration::from_secs(2))
     })
     .await;
     if !balanced {
@@ -205,18 +277,49 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let next_op = Arc::new(AtomicU64::new(1));
     let duration = Duration::from_secs(args.duration_secs);
-    let phases = ["steady", "scale-out", "graceful-leave", "kill-9", "steady-after-kill"];
+    let rolling = args.scenario == "rolling-restart";
+    let phases: Vec<String> = if rolling {
+        std::iter::once("steady".to_string()).chain((1..=args.nodes).map(|i| format!("restart-n{i}"))).collect()
+    } else {
+        ["steady", "scale-out", "graceful-leave", "kill-9", "steady-after-kill"].map(String::from).to_vec()
+    };
     let mut reports = Vec::new();
     let mut inv = Invariants::default();
     let mut checked = Vec::new();
     let mut leaver: Option<tokio::task::JoinHandle<Option<i32>>> = None;
     let mut crashed = false;
-    for name in phases {
+    let mut restarted: Option<(String, tokio::task::JoinHandle<std::io::Result<NodeProc>>)> = None;
+    for name in phases.iter().map(String::as_str) {
         let event = Instant::now();
+        let watch = if rolling { watch_old_versions(&driver, &accounts) } else { None };
         match name {
+            restart if restart.starts_with("restart-") => {
+                let who = &restart["restart-".len()..];
+                let idx = nodes.iter().position(|n| n.name == who).ok_or("no such node")?;
+                let mut p = nodes.remove(idx);
+                let i: usize = who[1..].parse::<usize>()? - 1;
+                let (addr, seed, shards, membership, dir) =
+                    (addrs[i].clone(), seed.clone(), args.shards, membership.clone(), dir.clone());
+                let flags = node_flags(NEW_VERSION);
+                let who = who.to_string();
+                progress.line(format!("rolling restart: SIGTERM to {who}, then version {NEW_VERSION}"));
+                let task = tokio::task::spawn_blocking(move || {
+                    p.terminate();
+                    NodeProc::spawn(&p.name, &addr, &seed, shards, &membership, &dir, &flags)
+                });
+                restarted = Some((who, task));
+            }
             "scale-out" => {
                 let i = args.nodes as usize;
-                nodes.push(NodeProc::spawn(&format!("n{}", i + 1), &addrs[i], &seed, args.shards, &membership, &dir)?);
+                nodes.push(NodeProc::spawn(
+                    &format!("n{}", i + 1),
+                    &addrs[i],
+                    &seed,
+                    args.shards,
+                    &membership,
+                    &dir,
+                    &node_flags("1"),
+                )?);
                 progress.line(format!("scale-out: started n{}", i + 1));
             }
             "graceful-leave" if nodes.len() > 1 => {
@@ -255,7 +358,34 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
             let code = l.await.ok().flatten();
             progress.line(format!("graceful leave: node exited with {code:?}"));
         }
+        if let Some((who, task)) = restarted.take() {
+            nodes.push(task.await??);
+            // The next node may only leave once this one serves: its shards must have a
+            // new-version home to go to.
+            let d = driver.clone();
+            let up = wait_for(&format!("{who} to rejoin"), Duration::from_secs(60), &progress, || {
+                d.view().view.members().any(|m| {
+                    *m.node.name == *who
+                        && m.status == shardline_core::MemberStatus::Up
+                        && m.app_version.to_string() == NEW_VERSION
+                })
+            })
+            .await;
+            if !up {
+                return Ok(1);
+            }
+        }
         let (moved, served) = monitor.finish(Duration::from_secs(60)).await;
+        let old_version_gained = match watch {
+            Some(w) => {
+                w.abort();
+                Some(matches!(w.await, Ok(true)))
+            }
+            None => None,
+        };
+        let new_version_shards = rolling.then(|| {
+            shards_by_version(&driver, &accounts).iter().filter(|(_, v, _)| v == NEW_VERSION).map(|(_, _, c)| c).sum()
+        });
         let ledger_checked = !crashed;
         if ledger_checked {
             progress.update(format!("{name}: auditing {} accounts", args.entities));
@@ -282,6 +412,8 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
             rehomed,
             errors: load.errors,
             ledger_checked,
+            new_version_shards,
+            old_version_gained,
         };
         progress.line(format!(
             "{:<18} {:>9.0} ops/s  p50 {:>7.0} µs  p99 {:>8.0} µs  moved {:>5}  rehome {:>8}  failed {:>6} {}",
@@ -308,9 +440,13 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
             double_applied: inv.double_applied,
             ledger_mismatches: inv.ledger_mismatches,
             checked_after: checked,
-            note: "checked after every phase before the kill -9: in-memory state on a killed node is gone until \
-                   persistence exists, so later phases are not audited"
-                .into(),
+            note: if rolling {
+                "checked after every phase: every restart is a graceful leave, which hands entity state over".into()
+            } else {
+                "checked after every phase before the kill -9: in-memory state on a killed node is gone until \
+                 persistence exists, so later phases are not audited"
+                    .into()
+            },
         },
         nodes: per_node.into_iter().map(|(name, shards)| NodeReport { name, shards }).collect(),
     };
@@ -330,7 +466,7 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
     let ok = report.invariants.lost_acked == 0
         && report.invariants.double_applied == 0
         && report.invariants.ledger_mismatches == 0
-        && report.phases.iter().all(|p| p.rehomed);
+        && report.phases.iter().all(|p| p.rehomed && p.old_version_gained != Some(true));
     drop(nodes);
     Ok(if ok { 0 } else { 1 })
 }

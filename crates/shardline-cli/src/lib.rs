@@ -5,7 +5,7 @@ pub mod membership;
 
 use std::time::Duration;
 
-use shardline::EntitySettings;
+use shardline::{EntitySettings, StrategyKind};
 
 pub use account::{Account, AccountCmd, AccountReply, Echo};
 
@@ -15,4 +15,33 @@ pub fn account_settings(shards: u32) -> EntitySettings {
         .shards(shards)
         .ask_timeout(Duration::from_secs(5))
         .hand_off_timeout(Duration::from_secs(5))
+}
+
+/// A `--strategy` value: `least-shards` (default), `version-aware`, `consistent-hash`, `ranges`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StrategyArg(pub StrategyKind);
+
+impl std::str::FromStr for StrategyArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(StrategyArg(match s {
+            "least-shards" => StrategyKind::default(),
+            "version-aware" => StrategyKind::VersionAware,
+            "consistent-hash" => StrategyKind::ConsistentHash,
+            "ranges" => StrategyKind::Ranges,
+            _ => return Err(format!("expected least-shards, version-aware, consistent-hash or ranges, got {s:?}")),
+        }))
+    }
+}
+
+impl std::fmt::Display for StrategyArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            StrategyKind::LeastShards { .. } => "least-shards",
+            StrategyKind::VersionAware => "version-aware",
+            StrategyKind::ConsistentHash => "consistent-hash",
+            StrategyKind::Ranges => "ranges",
+        })
+    }
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use shardline::membership::lease::{LeaseConfig, Leases};
+use shardline::membership::lease::{CoordinationStore, LeaseConfig, Leases};
 use shardline::{MembershipProvider, Seeds};
 use shardline_etcd::EtcdStore;
 use shardline_nats::NatsStore;
@@ -50,26 +50,43 @@ pub fn lease_config() -> LeaseConfig {
     LeaseConfig::default()
 }
 
+/// Connects to the coordination store of a lease spec (None for seeds); an unreachable store
+/// is an error.
+pub async fn store(spec: &MembershipSpec, cluster: &str) -> Result<Option<Arc<dyn CoordinationStore>>, String> {
+    let timeout = Duration::from_secs(3);
+    Ok(match spec {
+        MembershipSpec::Seeds => None,
+        MembershipSpec::Etcd(addr) => Some(Arc::new(
+            EtcdStore::connect(std::slice::from_ref(addr), timeout)
+                .await
+                .map_err(|e| format!("etcd at {addr}: {e}"))?,
+        )),
+        MembershipSpec::Nats(url) => Some(Arc::new(
+            NatsStore::connect(url, cluster, lease_config().ttl, timeout)
+                .await
+                .map_err(|e| format!("NATS at {url}: {e}"))?,
+        )),
+    })
+}
+
 /// Builds the provider; a store that cannot be reached is an error.
 pub async fn provider(
     spec: &MembershipSpec,
     cluster: &str,
     seeds: &[String],
 ) -> Result<Box<dyn MembershipProvider>, String> {
-    let timeout = Duration::from_secs(3);
-    Ok(match spec {
-        MembershipSpec::Seeds => Box::new(Seeds::new(seeds.to_vec())),
-        MembershipSpec::Etcd(addr) => {
-            let store = EtcdStore::connect(std::slice::from_ref(addr), timeout)
-                .await
-                .map_err(|e| format!("etcd at {addr}: {e}"))?;
-            Box::new(Leases::new(Arc::new(store), cluster, lease_config()))
-        }
-        MembershipSpec::Nats(url) => {
-            let store = NatsStore::connect(url, cluster, lease_config().ttl, timeout)
-                .await
-                .map_err(|e| format!("NATS at {url}: {e}"))?;
-            Box::new(Leases::new(Arc::new(store), cluster, lease_config()))
-        }
+    provider_with(spec, cluster, seeds, lease_config()).await
+}
+
+/// [`provider`] with lease settings of its own.
+pub async fn provider_with(
+    spec: &MembershipSpec,
+    cluster: &str,
+    seeds: &[String],
+    leases: LeaseConfig,
+) -> Result<Box<dyn MembershipProvider>, String> {
+    Ok(match store(spec, cluster).await? {
+        None => Box::new(Seeds::new(seeds.to_vec())),
+        Some(store) => Box::new(Leases::new(store, cluster, leases)),
     })
 }

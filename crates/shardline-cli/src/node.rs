@@ -4,23 +4,30 @@
 
 use std::time::Duration;
 
-use shardline::{Cluster, EntitySettings};
+use shardline::{Cluster, EntitySettings, StrategyKind};
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{error, info, warn};
 
 use crate::args::NodeArgs;
-use shardline_cli::membership::{lease_config, provider};
+use shardline::membership::lease::LeaseConfig;
+use shardline_cli::membership::{lease_config, provider_with};
 use shardline_cli::{account_settings, Account, Echo};
 
 /// The entity types every demo node serves.
-pub async fn register_all(cluster: &Cluster, shards: u32) -> Result<(), shardline::ConfigError> {
-    cluster.register::<Account>(account_settings(shards)).await?;
+pub async fn register_all(
+    cluster: &Cluster,
+    shards: u32,
+    strategy: &StrategyKind,
+) -> Result<(), shardline::ConfigError> {
+    cluster.register::<Account>(account_settings(shards).strategy(strategy.clone())).await?;
     cluster.register::<Echo>(EntitySettings::new("echo").shards(shards)).await?;
     Ok(())
 }
 
 async fn start(args: &NodeArgs) -> Result<Cluster, String> {
-    let membership = provider(&args.membership, &args.cluster, &args.seeds).await?;
+    // Ranges orders hosts by their numbered membership slots.
+    let leases = LeaseConfig { numbered_slots: args.strategy.0 == StrategyKind::Ranges, ..lease_config() };
+    let membership = provider_with(&args.membership, &args.cluster, &args.seeds, leases).await?;
     let mut b = Cluster::builder()
         .cluster_name(&args.cluster)
         .node_name(&args.name)
@@ -31,7 +38,7 @@ async fn start(args: &NodeArgs) -> Result<Cluster, String> {
         b = b.ownership_log(p);
     }
     let cluster = b.build().await.map_err(|e| e.to_string())?;
-    register_all(&cluster, args.shards).await.map_err(|e| e.to_string())?;
+    register_all(&cluster, args.shards, &args.strategy.0).await.map_err(|e| e.to_string())?;
     Ok(cluster)
 }
 

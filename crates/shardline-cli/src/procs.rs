@@ -11,7 +11,7 @@ pub struct NodeProc {
 }
 
 impl NodeProc {
-    /// Starts `shardline node` for `name` on `addr` with `seeds`.
+    /// Starts `shardline node` for `name` on `addr` with `seeds`, and `extra` flags.
     pub fn spawn(
         name: &str,
         addr: &str,
@@ -19,13 +19,16 @@ impl NodeProc {
         shards: u32,
         membership: &str,
         dir: &std::path::Path,
+        extra: &[String],
     ) -> std::io::Result<NodeProc> {
         let exe = std::env::current_exe()?;
         let log = dir.join(format!("{name}.log"));
-        let stderr = std::fs::File::create(&log)?;
+        // Append: a restarted node keeps the log of its earlier incarnation.
+        let stderr = std::fs::OpenOptions::new().create(true).append(true).open(&log)?;
         let child = Command::new(exe)
             .args(["node", "--name", name, "--bind", addr, "--seeds", seeds, "--shards", &shards.to_string()])
             .args(["--membership", membership, "--ownership-log", &dir.join("ownership.log").display().to_string()])
+            .args(extra)
             .env("RUST_LOG", std::env::var("SHARDLINE_NODE_LOG").unwrap_or_else(|_| "info".into()))
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -36,7 +36,7 @@ fn spawn(name: &str, port: u16, seed: u16) -> Node {
             "--shards",
             &SHARDS.to_string(),
         ])
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", std::env::var("SHARDLINE_TEST_NODE_LOG").unwrap_or_else(|_| "warn".into()))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .spawn()

@@ -50,7 +50,7 @@ pub use coordinator::{CoordinatorCommand, CoordinatorConfig, CoordinatorEngine};
 pub use events::{DomainEvent, RebalanceReason};
 pub use failure_detector::{PhiAccrualConfig, PhiAccrualDetector};
 pub use id::{shard_of, EntityId, NodeId, ShardId, TypeKey};
-pub use membership::{AppVersion, Member, MemberStatus, MembershipError, MembershipView};
+pub use membership::{AppVersion, Member, MemberStatus, MembershipError, MembershipView, PROXY_ROLE};
 pub use protocol::{BounceReason, RegionMessage, ToCoordinator, ToRegion};
 pub use read_models::{ClusterReadModel, NodeHealth, RebalancingStatus};
 pub use region::{RegionCommand, RegionConfig, RegionEngine, RejectReason, Route};

@@ -115,6 +115,9 @@ impl fmt::Display for AppVersion {
     }
 }
 
+/// The role of a node that routes but never hosts (a load driver, a gateway).
+pub const PROXY_ROLE: &str = "proxy";
+
 /// One member of the cluster.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Member {
@@ -178,9 +181,15 @@ impl Member {
         self
     }
 
+    /// Whether this member is a proxy: it routes messages but never hosts a shard, so nobody
+    /// waits for its report or hands it a shard.
+    pub fn is_proxy(&self) -> bool {
+        self.roles.contains(PROXY_ROLE)
+    }
+
     /// Whether this member may host shards of a type restricted to `role` (None: any member).
     pub fn may_host(&self, role: Option<&str>) -> bool {
-        self.status.may_host() && role.is_none_or(|r| self.roles.contains(r))
+        self.status.may_host() && !self.is_proxy() && role.is_none_or(|r| self.roles.contains(r))
     }
 }
 

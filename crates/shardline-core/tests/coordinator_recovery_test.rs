@@ -63,3 +63,40 @@ fn silent_members_are_asked_again_while_recovering() {
     c.handle_timeout(100);
     assert!(drain(&mut c).contains(&CoordinatorCommand::RequestRegistration { to: vec![node("b")] }));
 }
+
+#[test]
+fn recovery_does_not_wait_for_a_proxy() {
+    use shardline_core::{LeastShards, Member, MemberStatus, PROXY_ROLE};
+    let mut v = view(&["a", "b"]);
+    v.add(Member::new(node("p"), 9).with_status(MemberStatus::Up).with_role(PROXY_ROLE)).unwrap();
+    let mut c =
+        shardline_core::CoordinatorEngine::new(config(2), node("a"), 1, Box::new(LeastShards::unlimited()), v, None, 0)
+            .unwrap();
+    c.handle_register(1, &node("a"), 1, &[], true);
+    c.handle_register(1, &node("b"), 1, &[], true);
+    // The proxy never registered (it may not even run this type): recovery is over anyway.
+    assert!(!c.is_recovering());
+    assert!(c.shard_map().iter().all(|(_, slot)| slot.owner.as_ref().is_some_and(|o| o != &node("p"))));
+}
+
+#[test]
+fn homes_confirmed_after_a_welcome_are_announced_to_it() {
+    let mut c = recovering(2, &["a", "b"], 2, None);
+    drain(&mut c);
+    // a registers first: nothing is confirmed yet, so its welcome is empty.
+    c.handle_register(1, &node("a"), 2, &[], true);
+    assert!(drain(&mut c).contains(&CoordinatorCommand::SendWelcome { to: node("a"), homes: vec![] }));
+    let e = Epoch { term: 1, seq: 1 };
+    c.handle_register(2, &node("b"), 2, &[(ShardId(0), e), (ShardId(1), e)], true);
+    let told_a: Vec<ShardId> = drain(&mut c)
+        .into_iter()
+        .filter_map(|cmd| match cmd {
+            CoordinatorCommand::AnnounceShardHomes { to, homes } if to.contains(&node("a")) => {
+                Some(homes.into_iter().map(|(s, _)| s).collect::<Vec<_>>())
+            }
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert!(told_a.contains(&ShardId(0)) && told_a.contains(&ShardId(1)), "a learns b's shards: {told_a:?}");
+}

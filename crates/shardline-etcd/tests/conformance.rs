@@ -12,7 +12,7 @@ async fn etcd_store_conforms() {
     let server = ServerProcess::etcd().expect("etcd starts");
     let store = EtcdStore::connect(std::slice::from_ref(&server.addr), Duration::from_secs(5)).await.expect("connects");
     // etcd's minimum lease TTL is about 2 s.
-    conformance::run_all(&store, "conf", Duration::from_secs(2)).await.unwrap();
+    conformance::run_all(std::sync::Arc::new(store), "conf", Duration::from_secs(2)).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

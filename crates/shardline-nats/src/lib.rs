@@ -54,12 +54,15 @@ impl NatsStore {
         let open = |bucket: String, max_age: Duration| {
             let js = js.clone();
             async move {
-                match js.get_key_value(&bucket).await {
+                if let Ok(s) = js.get_key_value(&bucket).await {
+                    return Ok(s);
+                }
+                let config = kv::Config { bucket: bucket.clone(), history: 1, max_age, ..Default::default() };
+                match js.create_key_value(config).await {
                     Ok(s) => Ok(s),
-                    Err(_) => js
-                        .create_key_value(kv::Config { bucket, history: 1, max_age, ..Default::default() })
-                        .await
-                        .map_err(unavailable),
+                    // Nodes that start together race to create the bucket: the losers find it
+                    // made by the winner.
+                    Err(e) => js.get_key_value(&bucket).await.map_err(|_| unavailable(e)),
                 }
             }
         };

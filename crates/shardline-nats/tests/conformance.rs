@@ -14,7 +14,7 @@ async fn nats_store_conforms() {
     let store = NatsStore::connect(&format!("nats://{}", server.addr), "conf", ttl, Duration::from_secs(5))
         .await
         .expect("connects");
-    conformance::run_all(&store, "conf", ttl).await.unwrap();
+    conformance::run_all(std::sync::Arc::new(store), "conf", ttl).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

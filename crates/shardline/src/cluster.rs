@@ -123,7 +123,7 @@ impl ClusterBuilder {
         let (gossip_tx, gossip_rx) = mpsc::channel(1024);
         let mut roles = self.roles.clone();
         if self.proxy {
-            roles.push("proxy".into());
+            roles.push(shardline_core::PROXY_ROLE.into());
         }
         let provider = self.membership.unwrap_or_else(|| Box::new(Seeds::new(Vec::<String>::new())));
         let handle = provider
@@ -159,6 +159,8 @@ impl ClusterBuilder {
             pending: Pending::new(),
             view: Mutex::new(ClusterView::default()),
             control: handle.control,
+            maps: handle.maps,
+            lease: handle.lease,
             gossip_tx,
             events,
             log,
@@ -187,6 +189,8 @@ pub(crate) struct NodeInner {
     pending: Pending,
     view: Mutex<ClusterView>,
     control: Arc<dyn MembershipControl>,
+    maps: Option<crate::membership::lease::ShardMaps>,
+    lease: Option<crate::membership::HostingLease>,
     gossip_tx: mpsc::Sender<(NodeId, crate::membership::seeds::Gossip)>,
     events: broadcast::Sender<(TypeKey, DomainEvent)>,
     log: Option<Mutex<std::fs::File>>,
@@ -268,9 +272,30 @@ impl Cluster {
         let _ = self.inner.events.send((type_key.clone(), e));
     }
 
+    /// Whether this node may process messages now: its lease, where it has one, is valid.
+    pub(crate) fn may_host(&self) -> bool {
+        self.inner.lease.as_ref().is_none_or(|l| l.is_valid())
+    }
+
+    /// Fences this node if its lease ran out (a paused process wakes up here before its
+    /// provider notices). Must not be called with an engine or the coordinators locked.
+    fn fence_if_lapsed(&self) {
+        if self.inner.lease.as_ref().is_some_and(|l| l.has_lapsed()) {
+            self.fence("lease ran out");
+        }
+    }
+
     pub(crate) fn ownership_log(&self, type_key: &TypeKey, shard: ShardId, epoch: Epoch, start: bool) {
         if let Some(log) = &self.inner.log {
-            let ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+            let mut now = SystemTime::now();
+            // A shard stopped after the lease ran out (the process was paused) was idle since
+            // the lease's end: every message checks the lease before it is processed.
+            if let Some(until) =
+                self.inner.lease.as_ref().filter(|l| !start && l.has_lapsed()).and_then(|l| l.valid_until())
+            {
+                now -= until.elapsed();
+            }
+            let ms = now.duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
             let what = if start { "start" } else { "stop" };
             // One write per line: appends from several processes to one file stay whole.
             let line = format!("{ms} {} {type_key} {} {epoch} {what}\n", self.inner.me, shard.0);
@@ -344,9 +369,8 @@ impl Cluster {
                                 if let Some(old) = coords.remove(&key) {
                                     old.stop();
                                 }
-                                if let Some(c) = Coordinator::start(self.clone(), s, *term, &v.view) {
-                                    coords.insert(key, c);
-                                }
+                                let maps = self.inner.maps.clone();
+                                coords.insert(key, Coordinator::start(self.clone(), s, *term, &v.view, maps));
                             }
                         }
                     }
@@ -433,7 +457,9 @@ impl Cluster {
     /// this node does not lead).
     pub fn shard_counts(&self, type_key: &str) -> HashMap<NodeId, usize> {
         let c = self.inner.coordinators.lock().unwrap_or_else(|e| e.into_inner()).get(&TypeKey::new(type_key)).cloned();
-        c.map(|c| c.map().counts().into_iter().map(|(k, v)| (k.clone(), v)).collect()).unwrap_or_default()
+        c.and_then(|c| c.map())
+            .map(|m| m.counts().into_iter().map(|(k, v)| (k.clone(), v)).collect())
+            .unwrap_or_default()
     }
 }
 
@@ -443,6 +469,9 @@ impl Inbound for Dispatcher {
     fn on_frame(&self, from: &NodeId, frame: Frame) {
         let Some(inner) = self.0.upgrade() else { return };
         let cluster = Cluster { inner };
+        if !matches!(frame, Frame::Reply { .. } | Frame::Gossip(_)) {
+            cluster.fence_if_lapsed();
+        }
         match frame {
             Frame::Gossip(g) => {
                 let _ = cluster.inner.gossip_tx.try_send((from.clone(), g));

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use shardline::membership::lease::{InMemoryStore, LeaseConfig, Leases};
+use shardline::membership::lease::{InMemoryStore, LeaseConfig, Leases, ShardMaps};
 use shardline::{Cluster, EntityHandle};
 
 fn config() -> LeaseConfig {
@@ -80,4 +80,108 @@ async fn a_store_outage_fences_every_node() {
     let (_b2, _hb2) = lease_node("b", &store).await;
     all_homed(&ha2).await;
     ha2.entity_ref("after").ask(Cmd::Append(1)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_resumes_from_the_stored_map() {
+    let store = InMemoryStore::new();
+    let maps = ShardMaps::new(Arc::new(store.clone()), "leases");
+    let nodes = [lease_node("a", &store).await, lease_node("b", &store).await, lease_node("c", &store).await];
+    let h = nodes[0].1.clone();
+    eventually("shards on all three", Duration::from_secs(30), move || {
+        let n = names(&h);
+        ["a", "b", "c"].iter().all(|x| n.iter().any(|y| y == x))
+    })
+    .await;
+    let (leader, term) = nodes[0].0.view().leader.expect("a leader");
+    // The leader's map reaches the store.
+    let mut stored = None;
+    for _ in 0..100 {
+        let m = maps.load("log").await.expect("store answers");
+        let leader_map = nodes.iter().find(|(c, _)| c.node_id() == &leader).map(|(c, _)| c.shard_counts("log"));
+        if let (Some(m), Some(counts)) = (m, leader_map) {
+            let stored_counts: std::collections::HashMap<_, _> =
+                m.map.counts().into_iter().map(|(k, v)| (k.clone(), v)).collect();
+            if m.term == term && m.map.unallocated().count() == 0 && stored_counts == counts {
+                stored = Some(m);
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stored = stored.expect("the leader stores its settled map");
+    let (survivor, _) = nodes.iter().find(|(c, _)| c.node_id() != &leader).expect("a follower");
+    for i in 0..30 {
+        survivor.handle::<Log>().expect("registered").entity_ref(format!("k{i}")).ask(Cmd::Append(i)).await.unwrap();
+    }
+    nodes.iter().find(|(c, _)| c.node_id() == &leader).expect("leader").0.crash();
+    // A new leader (larger term) takes over and stores its own map; shards on the surviving
+    // nodes keep their owner and epoch: resumed, not reallocated.
+    let mut resumed = None;
+    for _ in 0..200 {
+        if let Some(m) = maps.load("log").await.expect("store answers") {
+            if m.term > term
+                && m.map.unallocated().count() == 0
+                && m.map.iter().all(|(_, s)| s.owner.as_ref() != Some(&leader))
+            {
+                resumed = Some(m);
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let resumed = resumed.expect("the new leader stores a map without the dead leader");
+    for (shard, slot) in stored.map.iter() {
+        if slot.owner.as_ref() != Some(&leader) {
+            assert_eq!(resumed.map.home(shard), slot.home(), "shard {shard:?} of a surviving node was moved");
+        }
+    }
+    // Entities on surviving nodes kept running: their state is intact.
+    let h = survivor.handle::<Log>().expect("registered");
+    for i in 0..30u64 {
+        let id = format!("k{i}");
+        let log = h.entity_ref(id.clone()).ask(Cmd::Get).await.unwrap();
+        if stored.map.owner(shardline_core::shard_of(&id, 32)) != Some(&leader) {
+            assert_eq!(log, vec![i], "{id} lost its state");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn numbered_slots_fill_the_smallest_hole() {
+    logs();
+    let store = InMemoryStore::new();
+    let start = |name: &'static str| {
+        let store = store.clone();
+        async move {
+            let config = LeaseConfig { numbered_slots: true, ..config() };
+            Cluster::builder()
+                .cluster_name("slots")
+                .node_name(name)
+                .membership(Leases::new(Arc::new(store), "slots", config))
+                .build()
+                .await
+                .expect("node starts")
+        }
+    };
+    let slots = |c: &Cluster| -> Vec<(String, Option<u32>)> {
+        c.view().view.members().filter(|m| !m.status.is_fenced()).map(|m| (m.node.name.to_string(), m.slot)).collect()
+    };
+    let a = start("a").await;
+    let b = start("b").await;
+    let c = start("c").await;
+    let want = vec![("a".to_string(), Some(0)), ("b".to_string(), Some(1)), ("c".to_string(), Some(2))];
+    let a2 = a.clone();
+    let w = want.clone();
+    eventually("slots 0, 1, 2 in joining order", Duration::from_secs(20), move || slots(&a2) == w).await;
+    b.crash();
+    // b's number stays a hole (nobody renumbers); the next node to join takes it.
+    let a3 = a.clone();
+    let want = vec![("a".to_string(), Some(0)), ("c".to_string(), Some(2))];
+    eventually("b's lease lapsed", Duration::from_secs(20), move || slots(&a3) == want).await;
+    let d = start("d").await;
+    let a3 = a.clone();
+    let want = vec![("a".to_string(), Some(0)), ("c".to_string(), Some(2)), ("d".to_string(), Some(1))];
+    eventually("d takes slot 1", Duration::from_secs(20), move || slots(&a3) == want).await;
+    drop((c, d));
 }

@@ -9,7 +9,7 @@ use shardline::membership::lease::{conformance, CoordinationStore, InMemoryStore
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_memory_store_conforms() {
     let store = InMemoryStore::new();
-    conformance::run_all(&store, "conf", Duration::from_millis(400)).await.unwrap();
+    conformance::run_all(std::sync::Arc::new(store), "conf", Duration::from_millis(400)).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -278,18 +278,23 @@ impl CoordinatorEngine {
         for &(shard, epoch) in hosted {
             let Some(slot) = self.map.slot(shard) else { continue };
             let (owner, known) = (slot.owner.clone(), slot.epoch);
+            let home = ShardHome { owner: from.clone(), epoch };
             if owner.as_ref() == Some(from) && epoch == known {
+                // Regions welcomed earlier in recovery were not told this home yet.
+                if !self.is_confirmed(shard) {
+                    self.announce.push((shard, home));
+                }
                 self.confirm(shard);
             } else if epoch > known || (owner.is_none() && epoch == known) {
-                // The region knows a newer allocation than the map: adopt it; a previous owner
-                // at an older epoch must stop.
+                // The region knows a newer allocation than the map: adopt it and tell every
+                // region; a previous owner at an older epoch must stop.
                 if let Some(stale) = owner.filter(|o| o != from) {
                     self.stop_stale(shard, stale, known);
                 }
-                let home = ShardHome { owner: from.clone(), epoch };
-                if self.map.adopt(shard, home).unwrap_or(false) {
+                if self.map.adopt(shard, home.clone()).unwrap_or(false) {
                     self.changed.insert(shard);
                 }
+                self.announce.push((shard, home));
                 self.confirm(shard);
             } else {
                 self.stop_stale(shard, from.clone(), epoch);
@@ -364,8 +369,13 @@ impl CoordinatorEngine {
     /// map has either reported or is fenced. Owners that reported without a shard lose it.
     fn check_recovery(&mut self) {
         let Some(r) = &self.recovery else { return };
+        // Proxies and members without the type's role never host it: their report cannot
+        // change anything, and a proxy may not even run this type.
+        let role = self.config.role.as_deref();
         let waiting_member = self.view.members().any(|m| {
             matches!(m.status, MemberStatus::Up | MemberStatus::Leaving | MemberStatus::Exiting)
+                && !m.is_proxy()
+                && role.is_none_or(|r| m.roles.contains(r))
                 && !r.reported.contains(&m.node)
         });
         // An owner absent from the view is treated as gone: only a provider with a store hands

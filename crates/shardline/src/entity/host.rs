@@ -277,6 +277,12 @@ pub(crate) fn fail<E: Entity>(cluster: &Cluster, env: Envelope<E>, err: Error) {
 }
 
 async fn process<E: Entity>(cluster: &Cluster, state: &mut E, ctx: &mut EntityContext, env: Envelope<E>) {
+    if !cluster.may_host() {
+        // Not processed, so the sender may safely try again where the shard lives now.
+        let err = Error::Rejected(format!("{} may not host: its lease ran out", cluster.node_id()));
+        fail(cluster, env, err);
+        return;
+    }
     match env.body {
         Body::Typed { msg, reply } => {
             let r = state.handle(ctx, msg).await;

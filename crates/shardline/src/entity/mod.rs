@@ -139,6 +139,13 @@ pub enum StrategyKind {
     Ranges,
 }
 
+impl Default for StrategyKind {
+    /// `LeastShards`, moving at most 1,000 shards or half of them per round.
+    fn default() -> Self {
+        StrategyKind::LeastShards { absolute_limit: 1_000, relative_limit: 0.5 }
+    }
+}
+
 impl EntitySettings {
     /// Settings for a type named `type_key` with defaults: 1,024 shards, no idle passivation,
     /// 5 s ask timeout, mailbox of 1,024, 100,000 buffered messages per region.
@@ -152,7 +159,7 @@ impl EntitySettings {
             max_buffered: 100_000,
             hand_off_timeout: Duration::from_secs(10),
             rebalance_interval: Duration::from_secs(10),
-            strategy: StrategyKind::LeastShards { absolute_limit: 1_000, relative_limit: 0.5 },
+            strategy: StrategyKind::default(),
         }
     }
 

@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use shardline_core::{MembershipView, NodeId, Term};
 use tokio::sync::{mpsc, watch};
@@ -63,6 +65,93 @@ pub struct MembershipHandle {
     pub views: watch::Receiver<ClusterView>,
     /// Control of the provider.
     pub control: Arc<dyn MembershipControl>,
+    /// Until when this node may host, for providers with leases (None: no lease, e.g. seeds).
+    pub lease: Option<HostingLease>,
+    /// Where coordinators keep their shard maps (providers with a store), so that a new leader
+    /// resumes from the last map instead of starting over.
+    pub maps: Option<lease::ShardMaps>,
+}
+
+/// Until when this node may host shards, as its lease provider last proved it.
+///
+/// The provider fences the node when its lease runs out, but a paused process (a stall, a
+/// suspended VM, `SIGSTOP`) wakes up with work queued everywhere, and its provider task is only
+/// one of many to run. So every entry point (frames, coordinator inputs, each message an entity
+/// is about to process) checks this first: a node whose lease ran out processes nothing more.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use shardline::membership::HostingLease;
+///
+/// let lease = HostingLease::new();
+/// assert!(!lease.is_valid() && !lease.has_lapsed());
+/// lease.extend_to(Instant::now() + Duration::from_secs(4));
+/// assert!(lease.is_valid());
+/// lease.revoke();
+/// assert!(!lease.is_valid() && lease.has_lapsed());
+/// // The end is now the moment of the revocation, no longer 4 s ahead.
+/// assert!(lease.valid_until().unwrap() <= Instant::now());
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct HostingLease {
+    /// [`NEVER`] granted, [`REVOKED`] before it was ever granted, or the end as
+    /// `OFFSET +` milliseconds after [`base`] (exclusive).
+    until: Arc<AtomicU64>,
+}
+
+const NEVER: u64 = 0;
+const REVOKED: u64 = 1;
+const OFFSET: u64 = 2;
+
+/// The process-wide origin of [`HostingLease`] times.
+fn base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+fn encode(at: Instant) -> u64 {
+    OFFSET + at.saturating_duration_since(base()).as_millis() as u64
+}
+
+impl HostingLease {
+    /// A lease not granted yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Valid until `at` (the last renewal's start + TTL − safety margin).
+    pub fn extend_to(&self, at: Instant) {
+        self.until.store(encode(at), Ordering::Release);
+    }
+
+    /// Not valid from now on; the recorded end becomes now, if that is earlier.
+    pub fn revoke(&self) {
+        let now = encode(Instant::now());
+        let _ = self
+            .until
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| Some(if u < OFFSET { REVOKED } else { u.min(now) }));
+    }
+
+    /// Whether the node may host now.
+    pub fn is_valid(&self) -> bool {
+        let until = self.until.load(Ordering::Acquire);
+        until >= OFFSET && encode(Instant::now()) < until
+    }
+
+    /// Whether it was granted and has run out (or was revoked): the node must fence itself.
+    pub fn has_lapsed(&self) -> bool {
+        match self.until.load(Ordering::Acquire) {
+            NEVER => false,
+            REVOKED => true,
+            until => encode(Instant::now()) >= until,
+        }
+    }
+
+    /// When it ends or ended (None: never granted).
+    pub fn valid_until(&self) -> Option<Instant> {
+        let until = self.until.load(Ordering::Acquire);
+        (until >= OFFSET).then(|| base() + std::time::Duration::from_millis(until - OFFSET))
+    }
 }
 
 /// Controls a running provider.

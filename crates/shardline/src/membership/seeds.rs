@@ -98,6 +98,9 @@ pub struct Gossip {
     pub from: NodeId,
     /// The sender's members.
     pub members: Vec<GossipMember>,
+    /// The largest term the sender has seen. Members' own terms are not enough: a leader that
+    /// steps down clears its term, and a successor that only saw it cleared would reuse it.
+    pub max_term: u64,
 }
 
 fn rank(s: MemberStatus) -> u8 {
@@ -127,6 +130,22 @@ struct State {
 }
 
 impl State {
+    fn new(me: GossipMember, config: SeedsConfig, bootstrap_at: Option<Instant>) -> Self {
+        State {
+            me: me.node.clone(),
+            config,
+            members: BTreeMap::from([(me.node.clone(), me)]),
+            detectors: HashMap::new(),
+            last_heard: HashMap::new(),
+            first_seen: HashMap::new(),
+            fenced_at: HashMap::new(),
+            max_term: 0,
+            clock: Instant::now(),
+            heard_from_others: false,
+            bootstrap_at,
+        }
+    }
+
     fn ms(&self) -> u64 {
         self.clock.elapsed().as_millis() as u64
     }
@@ -153,6 +172,7 @@ impl State {
         if g.from != self.me {
             self.heard_from_others = true;
         }
+        self.max_term = self.max_term.max(g.max_term);
         for m in g.members {
             self.max_term = self.max_term.max(m.leader_term);
             match self.members.get_mut(&m.node) {
@@ -191,7 +211,7 @@ impl State {
         }
         self.members
             .values()
-            .filter(|m| m.status == MemberStatus::Up && !m.roles.iter().any(|r| r == "proxy"))
+            .filter(|m| m.status == MemberStatus::Up && !m.roles.iter().any(|r| r == shardline_core::PROXY_ROLE))
             .filter(|m| self.reachable(&m.node))
             .map(|m| &m.node)
             .min_by_key(|n| (n.incarnation, (*n).clone()))
@@ -280,7 +300,7 @@ impl State {
     }
 
     fn gossip(&self) -> Gossip {
-        Gossip { from: self.me.clone(), members: self.members.values().cloned().collect() }
+        Gossip { from: self.me.clone(), members: self.members.values().cloned().collect(), max_term: self.max_term }
     }
 
     fn set_own_status(&mut self, s: MemberStatus) {
@@ -311,45 +331,29 @@ impl MembershipProvider for Seeds {
                     Err(e) => return Err(ConfigError::Invalid { name: "seeds", reason: format!("{s}: {e}") }),
                 }
             }
-            let me = ctx.me.clone();
-            let mut members = BTreeMap::new();
-            members.insert(
-                me.clone(),
-                GossipMember {
-                    node: me.clone(),
-                    addr: ctx.addr.to_string(),
-                    status: MemberStatus::Up,
-                    app_version: ctx.app_version.clone(),
-                    roles: ctx.roles.clone(),
-                    weight: ctx.weight,
-                    leader_term: 0,
-                },
-            );
-            let mut state = State {
-                me,
-                config: self.config.clone(),
-                members,
-                detectors: HashMap::new(),
-                last_heard: HashMap::new(),
-                first_seen: HashMap::new(),
-                fenced_at: HashMap::new(),
-                max_term: 0,
-                clock: Instant::now(),
-                heard_from_others: false,
-                // Only the first seed may start a cluster, after trying the other seeds for a
-                // moment (a restarted first seed must rejoin, not start a second cluster). With
-                // no other seed it starts at once, so a single node works without waiting.
-                bootstrap_at: first_is_me.then(|| {
-                    let grace = if seeds.is_empty() { Duration::ZERO } else { self.config.heartbeat_interval * 3 };
-                    Instant::now() + grace
-                }),
+            let me = GossipMember {
+                node: ctx.me.clone(),
+                addr: ctx.addr.to_string(),
+                status: MemberStatus::Up,
+                app_version: ctx.app_version.clone(),
+                roles: ctx.roles.clone(),
+                weight: ctx.weight,
+                leader_term: 0,
             };
+            // Only the first seed may start a cluster, after trying the other seeds for a
+            // moment (a restarted first seed must rejoin, not start a second cluster). With
+            // no other seed it starts at once, so a single node works without waiting.
+            let bootstrap_at = first_is_me.then(|| {
+                let grace = if seeds.is_empty() { Duration::ZERO } else { self.config.heartbeat_interval * 3 };
+                Instant::now() + grace
+            });
+            let mut state = State::new(me, self.config.clone(), bootstrap_at);
             state.tick();
             let (view_tx, views) = watch::channel(state.view());
             let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
             tokio::spawn(run(state, seeds, ctx, view_tx, ctl_rx));
             let control: Arc<dyn super::MembershipControl> = Arc::new(ControlHandle(ctl_tx));
-            Ok(MembershipHandle { views, control })
+            Ok(MembershipHandle { views, control, lease: None, maps: None })
         })
     }
 }
@@ -411,5 +415,44 @@ async fn run(
                 false
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(name: &str, incarnation: u64, bootstrap: bool) -> State {
+        let me = GossipMember {
+            node: NodeId::new(name, incarnation),
+            addr: "127.0.0.1:1".into(),
+            status: MemberStatus::Up,
+            app_version: "1".into(),
+            roles: Vec::new(),
+            weight: 1,
+            leader_term: 0,
+        };
+        State::new(me, SeedsConfig::default(), bootstrap.then(Instant::now))
+    }
+
+    fn term(s: &State) -> Option<u64> {
+        s.view().leader.map(|(_, t)| t)
+    }
+
+    /// The first seed starts the cluster (term 1); an older node joins, so the seed steps down
+    /// and clears its term before the newcomer hears from it. The newcomer must still lead with
+    /// a larger term, or regions could not tell the two coordinators apart.
+    #[test]
+    fn a_successor_never_reuses_a_term_its_predecessor_cleared() {
+        let mut seed = state("n1", 20, true);
+        let mut older = state("n2", 10, false);
+        seed.tick();
+        assert_eq!(term(&seed), Some(1));
+        seed.merge(older.gossip());
+        seed.tick();
+        assert_eq!(seed.members.get(&seed.me).map(|m| m.leader_term), Some(0), "stepped down");
+        older.merge(seed.gossip());
+        older.tick();
+        assert_eq!(older.view().leader, Some((older.me.clone(), 2)));
     }
 }

@@ -1,28 +1,43 @@
 //! The coordinator driver: runs the core's `CoordinatorEngine` for one type while this node
 //! leads, with one timer task; stops the moment leadership is lost.
+//!
+//! With a lease provider the coordinator first reads the stored shard map and resumes from it;
+//! then a writer task stores the newest map the engine hands out (see [`ShardMaps`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use shardline_core::{
     AllocationStrategy, ConsistentHash, CoordinatorCommand, CoordinatorConfig, CoordinatorEngine, LeastShards,
-    MembershipView, NodeId, Ranges, Term, ToCoordinator, TypeKey, VersionAware,
+    MembershipView, NodeId, Ranges, ShardMap, Term, ToCoordinator, TypeKey, VersionAware,
 };
-use tokio::sync::Notify;
-use tracing::{info, warn};
+use tokio::sync::{watch, Notify};
+use tracing::{debug, info, warn};
 
 use crate::cluster::Cluster;
 use crate::entity::{EntitySettings, StrategyKind};
+use crate::membership::lease::{MapStoreError, ShardMaps};
 use crate::transport::Frame;
 
 pub(crate) struct Coordinator {
     pub type_key: TypeKey,
     pub term: Term,
-    engine: Mutex<(CoordinatorEngine, Option<u64>)>,
+    engine: Mutex<Slot>,
     cluster: Cluster,
     wake: Arc<Notify>,
     stopped: AtomicBool,
+    /// The newest map to store (providers with a store); a writer task stores it.
+    persist: Option<watch::Sender<Option<ShardMap>>>,
+}
+
+enum Slot {
+    /// Reading the stored map; the latest membership view waits here.
+    Loading { view: MembershipView, config: CoordinatorConfig, strategy: Box<dyn AllocationStrategy> },
+    /// Running, with the time the timer task was last asked to wake at.
+    Running { engine: Box<CoordinatorEngine>, wake_at: Option<u64> },
+    /// Could not start.
+    Failed,
 }
 
 fn strategy(kind: &StrategyKind) -> Box<dyn AllocationStrategy> {
@@ -37,54 +52,87 @@ fn strategy(kind: &StrategyKind) -> Box<dyn AllocationStrategy> {
 }
 
 impl Coordinator {
-    pub fn start(cluster: Cluster, settings: &EntitySettings, term: Term, view: &MembershipView) -> Option<Arc<Self>> {
-        let mut cfg = CoordinatorConfig::new(settings.shards);
-        cfg.hand_off_timeout_ms = settings.hand_off_timeout.as_millis() as u64;
-        cfg.rebalance_interval_ms = settings.rebalance_interval.as_millis() as u64;
-        cfg.resend_interval_ms = 500;
-        let now = cluster.now_ms();
-        let engine = match CoordinatorEngine::new(
-            cfg,
-            cluster.node_id().clone(),
-            term,
-            strategy(&settings.strategy),
-            view.clone(),
-            None,
-            now,
-        ) {
-            Ok(e) => e,
-            Err(e) => {
-                warn!(error = %e, "cannot start coordinator");
-                return None;
+    /// Starts the coordinator of `settings.type_key` for `term`. With a map store it first reads
+    /// the stored map (retrying while this node leads) and resumes from it.
+    pub fn start(
+        cluster: Cluster,
+        settings: &EntitySettings,
+        term: Term,
+        view: &MembershipView,
+        maps: Option<ShardMaps>,
+    ) -> Arc<Self> {
+        let mut config = CoordinatorConfig::new(settings.shards);
+        config.hand_off_timeout_ms = settings.hand_off_timeout.as_millis() as u64;
+        config.rebalance_interval_ms = settings.rebalance_interval.as_millis() as u64;
+        config.resend_interval_ms = 500;
+        let (persist, written) = match &maps {
+            Some(_) => {
+                let (tx, rx) = watch::channel(None);
+                (Some(tx), Some(rx))
             }
+            None => (None, None),
         };
-        info!(type_key = %settings.type_key, term, "coordinator started");
         let c = Arc::new(Coordinator {
             type_key: TypeKey::new(&settings.type_key),
             term,
-            engine: Mutex::new((engine, None)),
+            engine: Mutex::new(Slot::Loading { view: view.clone(), config, strategy: strategy(&settings.strategy) }),
             cluster,
             wake: Arc::new(Notify::new()),
             stopped: AtomicBool::new(false),
+            persist,
         });
-        c.input(|_, _| {});
-        tokio::spawn(timer(Arc::downgrade(&c)));
-        Some(c)
+        match (maps, written) {
+            (Some(maps), Some(written)) => {
+                tokio::spawn(load_then_run(Arc::downgrade(&c), maps, written));
+            }
+            _ => c.run(None),
+        }
+        c
+    }
+
+    /// Leaves `Loading`: builds the engine (on the stored map, if any) and starts the timer.
+    fn run(self: &Arc<Self>, stored: Option<ShardMap>) {
+        {
+            let mut slot = self.engine.lock().unwrap_or_else(|e| e.into_inner());
+            let Slot::Loading { .. } = &*slot else { return };
+            let Slot::Loading { view, config, strategy } = std::mem::replace(&mut *slot, Slot::Failed) else {
+                return;
+            };
+            let now = self.cluster.now_ms();
+            match CoordinatorEngine::new(config, self.cluster.node_id().clone(), self.term, strategy, view, stored, now)
+            {
+                Ok(engine) => *slot = Slot::Running { engine: Box::new(engine), wake_at: None },
+                Err(e) => {
+                    warn!(type_key = %self.type_key, error = %e, "cannot start coordinator");
+                    return;
+                }
+            }
+        }
+        info!(type_key = %self.type_key, term = self.term, "coordinator started");
+        self.input(|_, _| {});
+        tokio::spawn(timer(Arc::downgrade(self)));
     }
 
     fn input(&self, f: impl FnOnce(&mut CoordinatorEngine, u64)) {
-        if self.stopped.load(Ordering::Acquire) {
+        // A coordinator whose node's lease ran out must not decide anything: a newer leader may
+        // already run.
+        if self.stopped.load(Ordering::Acquire) || !self.cluster.may_host() {
             return;
         }
         let now = self.cluster.now_ms();
-        let mut st = self.engine.lock().unwrap_or_else(|e| e.into_inner());
-        f(&mut st.0, now);
-        let term = st.0.term();
-        let cmds: Vec<CoordinatorCommand> = st.0.drain_commands().collect();
+        let mut slot = self.engine.lock().unwrap_or_else(|e| e.into_inner());
+        let Slot::Running { engine, wake_at } = &mut *slot else { return };
+        f(engine, now);
+        let term = engine.term();
+        let cmds: Vec<CoordinatorCommand> = engine.drain_commands().collect();
         for c in cmds {
             match &c {
                 CoordinatorCommand::Emit(e) => self.cluster.publish(&self.type_key, e.clone()),
-                CoordinatorCommand::PersistShardMap { .. } => {}
+                CoordinatorCommand::PersistShardMap { .. } => {
+                    if let Some(tx) = &self.persist {
+                        tx.send_replace(Some(engine.shard_map().clone()));
+                    }
+                }
                 _ => {
                     for (to, msg) in c.messages(term) {
                         let _ = self
@@ -95,9 +143,9 @@ impl Coordinator {
                 }
             }
         }
-        let next = st.0.poll_timeout();
-        if next.is_some_and(|t| st.1.is_none_or(|cur| t < cur)) {
-            st.1 = next;
+        let next = engine.poll_timeout();
+        if next.is_some_and(|t| wake_at.is_none_or(|cur| t < cur)) {
+            *wake_at = next;
             self.wake.notify_one();
         }
     }
@@ -114,6 +162,10 @@ impl Coordinator {
     }
 
     pub fn on_membership(&self, view: &MembershipView) {
+        if let Slot::Loading { view: v, .. } = &mut *self.engine.lock().unwrap_or_else(|e| e.into_inner()) {
+            *v = view.clone();
+            return;
+        }
         self.input(|e, now| e.handle_membership(now, view));
     }
 
@@ -125,18 +177,24 @@ impl Coordinator {
     }
 
     /// Shards per owner, as this coordinator knows them.
-    pub fn map(&self) -> shardline_core::ShardMap {
-        self.engine.lock().unwrap_or_else(|e| e.into_inner()).0.shard_map().clone()
+    pub fn map(&self) -> Option<ShardMap> {
+        match &*self.engine.lock().unwrap_or_else(|e| e.into_inner()) {
+            Slot::Running { engine, .. } => Some(engine.shard_map().clone()),
+            _ => None,
+        }
     }
 }
 
-async fn timer(c: std::sync::Weak<Coordinator>) {
+async fn timer(c: Weak<Coordinator>) {
     loop {
         let Some(co) = c.upgrade() else { return };
         if co.stopped.load(Ordering::Acquire) {
             return;
         }
-        let at = co.engine.lock().unwrap_or_else(|e| e.into_inner()).1;
+        let at = match &*co.engine.lock().unwrap_or_else(|e| e.into_inner()) {
+            Slot::Running { wake_at, .. } => *wake_at,
+            _ => return,
+        };
         let now = co.cluster.now_ms();
         let sleep = match at {
             Some(t) if t <= now => Duration::ZERO,
@@ -153,7 +211,94 @@ async fn timer(c: std::sync::Weak<Coordinator>) {
             }
         }
         let Some(co) = c.upgrade() else { return };
-        co.engine.lock().unwrap_or_else(|e| e.into_inner()).1 = None;
+        if let Slot::Running { wake_at, .. } = &mut *co.engine.lock().unwrap_or_else(|e| e.into_inner()) {
+            *wake_at = None;
+        }
         co.input(|e, now| e.handle_timeout(now));
+    }
+}
+
+/// How long one store call of the coordinator may take.
+const STORE_CALL_LIMIT: Duration = Duration::from_secs(3);
+
+/// Reads the stored map (retrying while the coordinator runs), starts the engine on it, then
+/// stores every new map the engine hands out, newest first.
+async fn load_then_run(c: Weak<Coordinator>, maps: ShardMaps, mut written: watch::Receiver<Option<ShardMap>>) {
+    let type_key = match c.upgrade() {
+        Some(co) => co.type_key.to_string(),
+        None => return,
+    };
+    let mut revision = loop {
+        let r = tokio::time::timeout(STORE_CALL_LIMIT, maps.load(&type_key)).await;
+        let Some(co) = c.upgrade() else { return };
+        if co.stopped.load(Ordering::Acquire) {
+            return;
+        }
+        match r {
+            Ok(Ok(loaded)) => {
+                let shards = match &*co.engine.lock().unwrap_or_else(|e| e.into_inner()) {
+                    Slot::Loading { config, .. } => config.num_shards,
+                    _ => return,
+                };
+                let (stored, revision) = match loaded {
+                    Some(l) if l.map.num_shards() == shards => {
+                        info!(%type_key, term = l.term, version = l.map.version(), "resuming from the stored shard map");
+                        (Some(l.map), l.revision)
+                    }
+                    Some(l) => {
+                        warn!(%type_key, stored = l.map.num_shards(), configured = shards,
+                            "stored shard map has another number of shards: starting over");
+                        (None, l.revision)
+                    }
+                    None => (None, 0),
+                };
+                co.run(stored);
+                break revision;
+            }
+            Ok(Err(MapStoreError::Corrupt { reason, .. })) => {
+                warn!(%type_key, %reason, "stored shard map is unreadable: starting over");
+                co.run(None);
+                break 0;
+            }
+            Ok(Err(e)) => warn!(%type_key, error = %e, "cannot read the stored shard map; retrying"),
+            Err(_) => warn!(%type_key, "reading the stored shard map timed out; retrying"),
+        }
+        drop(co);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let mut retry = false;
+    loop {
+        if !retry && written.changed().await.is_err() {
+            return;
+        }
+        let Some(map) = written.borrow_and_update().clone() else { continue };
+        let Some(co) = c.upgrade() else { return };
+        if co.stopped.load(Ordering::Acquire) {
+            return;
+        }
+        let term = co.term;
+        drop(co);
+        match tokio::time::timeout(STORE_CALL_LIMIT, maps.save(&type_key, term, &map, revision)).await {
+            Ok(Ok(r)) => {
+                revision = r;
+                retry = false;
+                debug!(%type_key, version = map.version(), "shard map stored");
+            }
+            Ok(Err(e @ MapStoreError::Deposed { .. })) => {
+                warn!(%type_key, error = %e, "no longer writing the shard map");
+                return;
+            }
+            Ok(Err(e)) => {
+                warn!(%type_key, error = %e, "cannot store the shard map; retrying");
+                retry = true;
+            }
+            Err(_) => {
+                warn!(%type_key, "storing the shard map timed out; retrying");
+                retry = true;
+            }
+        }
+        if retry {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
 }

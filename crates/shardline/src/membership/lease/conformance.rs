@@ -4,6 +4,11 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use shardline_core::{NodeId, ShardId, ShardMap};
+
+use super::shard_maps::{MapStoreError, ShardMaps};
 use super::store::{CoordinationStore, WatchEvent};
 
 /// The result of a check.
@@ -22,12 +27,14 @@ macro_rules! ensure {
 }
 
 /// Runs every check with `ttl` as the ephemeral TTL (the NATS store's bucket TTL must match).
-pub async fn run_all(store: &dyn CoordinationStore, prefix: &str, ttl: Duration) -> Check {
+pub async fn run_all(shared: Arc<dyn CoordinationStore>, prefix: &str, ttl: Duration) -> Check {
+    let store = &*shared;
     ephemeral_keys_expire_unless_refreshed(store, &format!("{prefix}/eph"), ttl).await?;
     compare_and_set_follows_revisions(store, &format!("{prefix}/cas")).await?;
     watch_sees_puts_deletes_and_expiry(store, &format!("{prefix}/watch"), ttl).await?;
     one_leader_at_a_time(store, &format!("{prefix}/leader"), ttl).await?;
     list_returns_exactly_the_prefix(store, &format!("{prefix}/list")).await?;
+    shard_maps_fence_older_terms(shared.clone(), &format!("{prefix}/maps")).await?;
     Ok(())
 }
 
@@ -172,5 +179,42 @@ pub async fn list_returns_exactly_the_prefix(s: &dyn CoordinationStore, p: &str)
     for k in ["x/1", "x/2", "y/1"] {
         s.delete(&format!("{p}/{k}"), None).await.map_err(|e| e.to_string())?;
     }
+    Ok(())
+}
+
+/// Shard maps: stored and read back whole; a writer that lost a compare-and-set to its own or an
+/// older term overwrites, one that finds a newer term is deposed and changes nothing.
+pub async fn shard_maps_fence_older_terms(s: Arc<dyn CoordinationStore>, p: &str) -> Check {
+    let maps = ShardMaps::new(s.clone(), p);
+    let _ = s.delete(&format!("{p}/maps/t"), None).await;
+    ensure!(maps.load("t").await.map_err(|e| e.to_string())?.is_none(), "an unwritten map was found");
+    let mut map = ShardMap::new(8).map_err(|e| e.to_string())?;
+    map.assign(ShardId(3), NodeId::new("a", 1), 2).map_err(|e| e.to_string())?;
+    let r1 = maps.save("t", 2, &map, 0).await.map_err(|e| e.to_string())?;
+    let loaded = maps.load("t").await.map_err(|e| e.to_string())?;
+    ensure!(loaded.as_ref().is_some_and(|l| l.map == map && l.term == 2 && l.revision == r1), "read back {loaded:?}");
+    // Same term, stale revision (a retry after a lost answer): overwrites.
+    map.assign(ShardId(4), NodeId::new("b", 1), 2).map_err(|e| e.to_string())?;
+    let r2 = maps.save("t", 2, &map, 0).await.map_err(|e| e.to_string())?;
+    ensure!(r2 > r1, "overwrite did not raise the revision");
+    // A newer term takes over, even from a stale revision.
+    let mut newer = map.clone();
+    newer.assign(ShardId(5), NodeId::new("c", 1), 3).map_err(|e| e.to_string())?;
+    maps.save("t", 3, &newer, r1).await.map_err(|e| e.to_string())?;
+    // The older term is deposed and the map stays.
+    match maps.save("t", 2, &map, r2).await {
+        Err(MapStoreError::Deposed { stored: 3, mine: 2, .. }) => {}
+        other => return fail(format!("an older term's write gave {other:?}")),
+    }
+    let loaded = maps.load("t").await.map_err(|e| e.to_string())?;
+    ensure!(loaded.is_some_and(|l| l.map == newer && l.term == 3), "the newer term's map was overwritten");
+    // Garbage under the key is a typed error, not a panic.
+    let cur = s.get(&format!("{p}/maps/t")).await.map_err(|e| e.to_string())?.map(|e| e.revision).unwrap_or(0);
+    s.compare_and_put(&format!("{p}/maps/t"), vec![0xff; 3], cur).await.map_err(|e| e.to_string())?;
+    ensure!(
+        matches!(maps.load("t").await, Err(MapStoreError::Corrupt { .. })),
+        "an undecodable map was not reported as corrupt"
+    );
+    s.delete(&format!("{p}/maps/t"), None).await.map_err(|e| e.to_string())?;
     Ok(())
 }

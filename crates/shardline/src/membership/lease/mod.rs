@@ -5,7 +5,9 @@
 pub mod conformance;
 mod provider;
 pub mod server;
+mod shard_maps;
 mod store;
 
 pub use provider::{LeaseConfig, Leases};
+pub use shard_maps::{LoadedMap, MapStoreError, ShardMaps};
 pub use store::{CoordinationStore, Entry, InMemoryStore, Revision, StoreError, WatchEvent};

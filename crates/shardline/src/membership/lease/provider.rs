@@ -19,12 +19,13 @@ use serde::{Deserialize, Serialize};
 use shardline_core::{Member, MemberStatus, MembershipView, NodeId};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
+use super::shard_maps::ShardMaps;
 use super::store::{CoordinationStore, Revision};
 use crate::error::ConfigError;
 use crate::membership::{
-    BoxFuture, ClusterView, Control, ControlHandle, MembershipHandle, MembershipProvider, ProviderContext,
+    BoxFuture, ClusterView, Control, ControlHandle, HostingLease, MembershipHandle, MembershipProvider, ProviderContext,
 };
 
 /// Settings of lease-based membership.
@@ -39,6 +40,10 @@ pub struct LeaseConfig {
     /// How long a member whose lease vanished stays "unknown" before it is down (default 0:
     /// its own self-fencing already guarantees it stopped).
     pub unknown_grace: Duration,
+    /// Numbered membership slots (default off): each node holds the smallest free number under
+    /// `{cluster}/slots/`, which orders members for the `Ranges` strategy. A freed number stays
+    /// a hole until the next node takes it, so the others keep their places.
+    pub numbered_slots: bool,
 }
 
 impl Default for LeaseConfig {
@@ -48,6 +53,7 @@ impl Default for LeaseConfig {
             safety_margin: Duration::from_secs(1),
             max_failures: 3,
             unknown_grace: Duration::ZERO,
+            numbered_slots: false,
         }
     }
 }
@@ -74,6 +80,7 @@ struct MemberRecord {
     app_version: String,
     roles: Vec<String>,
     weight: u32,
+    slot: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -107,12 +114,52 @@ struct State {
     leader_renewed: Instant,
     known: BTreeMap<String, Known>,
     fenced: bool,
+    lease: HostingLease,
+    slots_prefix: String,
+    /// This node's slot key's revision (numbered slots).
+    slot_rev: Option<Revision>,
 }
 
 impl State {
+    /// Takes the smallest free slot number, or keeps the one this node holds.
+    async fn claim_slot(&mut self) {
+        if let (Some(n), Some(rev)) = (self.me.slot, self.slot_rev) {
+            let key = format!("{}{n}", self.slots_prefix);
+            match self.store.refresh(&key, encode(&self.me.node), rev, self.config.ttl).await {
+                Ok(Some(rev)) => {
+                    self.slot_rev = Some(rev);
+                    return;
+                }
+                Ok(None) => {
+                    warn!(slot = n, "membership slot lost; taking a new one");
+                    self.me.slot = None;
+                    self.slot_rev = None;
+                }
+                Err(_) => return,
+            }
+        }
+        let Ok(taken) = self.store.list(&self.slots_prefix).await else { return };
+        let taken: std::collections::BTreeSet<u32> =
+            taken.iter().filter_map(|e| e.key[self.slots_prefix.len()..].parse().ok()).collect();
+        for n in (0..).filter(|n| !taken.contains(n)).take(8) {
+            let key = format!("{}{n}", self.slots_prefix);
+            if let Ok(Some(rev)) = self.store.create_ephemeral(&key, encode(&self.me.node), self.config.ttl).await {
+                info!(slot = n, "membership slot taken");
+                self.me.slot = Some(n);
+                self.slot_rev = Some(rev);
+                return;
+            }
+        }
+    }
+
     /// Creates or renews this node's member key.
     async fn renew(&mut self) {
+        if self.config.numbered_slots && !self.fenced {
+            self.claim_slot().await;
+        }
         let value = encode(&self.me);
+        // The store may extend the lease any time during the call: count from its start.
+        let sent = Instant::now();
         let r = match self.my_rev {
             None => self.store.create_ephemeral(&self.member_key, value, self.config.ttl).await,
             Some(rev) => self.store.refresh(&self.member_key, value, rev, self.config.ttl).await,
@@ -120,8 +167,12 @@ impl State {
         match r {
             Ok(Some(rev)) => {
                 self.my_rev = Some(rev);
-                self.last_renewed = Instant::now();
+                self.last_renewed = sent;
                 self.failures = 0;
+                if !self.fenced {
+                    let until = sent + self.config.ttl.saturating_sub(self.config.safety_margin);
+                    self.lease.extend_to(until.into_std());
+                }
             }
             Ok(None) if self.my_rev.is_none() => {
                 // A previous incarnation's key has not expired yet: wait for it (it fences itself).
@@ -152,6 +203,7 @@ impl State {
     }
 
     fn fence(&mut self) {
+        self.lease.revoke();
         if !self.fenced {
             warn!("fencing this node: its lease cannot be kept");
             self.fenced = true;
@@ -166,7 +218,7 @@ impl State {
         let eligible = !self.fenced
             && self.my_rev.is_some()
             && self.me.status == MemberStatus::Up
-            && !self.me.roles.iter().any(|r| r == "proxy");
+            && !self.me.roles.iter().any(|r| r == shardline_core::PROXY_ROLE);
         if let Some((l, rev)) = self.leader.clone() {
             if l.node == self.me.node && !eligible {
                 self.leader = None;
@@ -233,9 +285,26 @@ impl State {
             present.insert(e.key.clone());
             self.known.insert(e.key, Known { record, missing_since: None });
         }
-        for (key, k) in self.known.iter_mut() {
-            if !present.contains(key) && k.missing_since.is_none() {
-                k.missing_since = Some(now);
+        // A listing can miss a key that is rewritten while it runs (NATS lists through a
+        // consumer, and a refresh replaces the key's only message). Missing means down, at once
+        // by default, so confirm every newly missing key with a direct read.
+        let newly_missing: Vec<String> = self
+            .known
+            .iter()
+            .filter(|(key, k)| !present.contains(*key) && k.missing_since.is_none())
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in newly_missing {
+            match self.store.get(&key).await {
+                Ok(None) => {
+                    if let Some(k) = self.known.get_mut(&key) {
+                        info!(node = %k.record.node, "member lease gone");
+                        k.missing_since = Some(now);
+                    }
+                }
+                Ok(Some(_)) => debug!(%key, "member key missing from a listing but present"),
+                // Unknown: decide on the next listing.
+                Err(_) => {}
             }
         }
         // Forget members gone for a long time.
@@ -252,6 +321,9 @@ impl State {
                 .with_status(status)
                 .with_version(&r.app_version)
                 .with_weight(r.weight);
+            if let Some(slot) = r.slot {
+                m = m.with_slot(slot);
+            }
             for role in &r.roles {
                 m = m.with_role(role.clone());
             }
@@ -304,8 +376,10 @@ impl MembershipProvider for Leases {
                 app_version: ctx.app_version.clone(),
                 roles: ctx.roles.clone(),
                 weight: ctx.weight,
+                slot: None,
             };
             let c = &self.cluster;
+            let maps = ShardMaps::new(self.store.clone(), c);
             let mut state = State {
                 store: self.store.clone(),
                 config: self.config.clone(),
@@ -321,6 +395,9 @@ impl MembershipProvider for Leases {
                 leader_renewed: Instant::now(),
                 known: BTreeMap::new(),
                 fenced: false,
+                lease: HostingLease::new(),
+                slots_prefix: format!("{c}/slots/"),
+                slot_rev: None,
             };
             // The store must answer at start: a backend that is down is a clear error.
             state.store.list(&state.members_prefix).await.map_err(|e| ConfigError::Membership(e.to_string()))?;
@@ -330,9 +407,15 @@ impl MembershipProvider for Leases {
             let (view_tx, views) = watch::channel(state.view());
             let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
             let transport = ctx.transport.clone();
+            let lease = state.lease.clone();
             drop(ctx);
             tokio::spawn(run(state, view_tx, ctl_rx, transport));
-            Ok(MembershipHandle { views, control: Arc::new(ControlHandle(ctl_tx)) })
+            Ok(MembershipHandle {
+                views,
+                control: Arc::new(ControlHandle(ctl_tx)),
+                lease: Some(lease),
+                maps: Some(maps),
+            })
         })
     }
 }
@@ -365,6 +448,10 @@ async fn run(
                         if l.node == state.me.node {
                             let _ = tokio::time::timeout(state.config.ttl, state.store.delete(&state.leader_key, Some(rev))).await;
                         }
+                    }
+                    if let (Some(n), Some(rev)) = (state.me.slot, state.slot_rev.take()) {
+                        let key = format!("{}{n}", state.slots_prefix);
+                        let _ = tokio::time::timeout(state.config.ttl, state.store.delete(&key, Some(rev))).await;
                     }
                     state.fenced = true;
                 }

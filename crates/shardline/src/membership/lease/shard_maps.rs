@@ -1,0 +1,140 @@
+//! `ShardMaps`: the coordinators' shard maps, kept in the coordination store.
+//!
+//! One durable key per entity type, `{cluster}/maps/{type}`, holding the map and the term of the
+//! coordinator that wrote it. Writes are compare-and-set on the key's revision, so two writers
+//! can never silently overwrite each other: a writer whose compare fails reads the key again and
+//! goes on only if the stored map comes from an older term. A coordinator deposed by a newer term
+//! therefore stops writing at its first conflict.
+//!
+//! The stored map may lag what regions host (writes are asynchronous and coalesced), which is
+//! safe: a new coordinator only announces homes their owners confirm, and uses the stored map to
+//! know which owners must report (or be fenced) before it allocates anything.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use shardline_core::{ShardMap, Term};
+
+use super::store::{CoordinationStore, Revision, StoreError};
+
+/// Why a map could not be read or written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MapStoreError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The stored value is not a shard map this version understands.
+    #[error("stored shard map of `{type_key}` cannot be decoded: {reason}")]
+    Corrupt {
+        /// The entity type.
+        type_key: String,
+        /// What the decoder said.
+        reason: String,
+    },
+    /// A coordinator of a newer term wrote the map: this one is deposed.
+    #[error("shard map of `{type_key}` belongs to term {stored}, newer than {mine}")]
+    Deposed {
+        /// The entity type.
+        type_key: String,
+        /// The term of the stored map.
+        stored: Term,
+        /// The writer's term.
+        mine: Term,
+    },
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredMap {
+    term: Term,
+    map: ShardMap,
+}
+
+/// A shard map as read from the store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadedMap {
+    /// The term of the coordinator that wrote it.
+    pub term: Term,
+    /// The map.
+    pub map: ShardMap,
+    /// The key's revision, for the next compare-and-set.
+    pub revision: Revision,
+}
+
+/// The shard maps of one cluster, in a coordination store.
+///
+/// ```
+/// # tokio_test_block_on(async {
+/// use std::sync::Arc;
+/// use shardline::membership::lease::{InMemoryStore, ShardMaps};
+/// use shardline_core::ShardMap;
+///
+/// let maps = ShardMaps::new(Arc::new(InMemoryStore::new()), "demo");
+/// assert!(maps.load("account").await.unwrap().is_none());
+/// let rev = maps.save("account", 1, &ShardMap::new(16).unwrap(), 0).await.unwrap();
+/// let loaded = maps.load("account").await.unwrap().unwrap();
+/// assert_eq!((loaded.term, loaded.revision), (1, rev));
+/// # });
+/// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct ShardMaps {
+    store: Arc<dyn CoordinationStore>,
+    prefix: String,
+}
+
+impl ShardMaps {
+    /// The maps of `cluster` on `store`.
+    pub fn new(store: Arc<dyn CoordinationStore>, cluster: &str) -> Self {
+        ShardMaps { store, prefix: format!("{cluster}/maps/") }
+    }
+
+    fn key(&self, type_key: &str) -> String {
+        format!("{}{type_key}", self.prefix)
+    }
+
+    /// Reads the map of `type_key` (None: never written).
+    pub async fn load(&self, type_key: &str) -> Result<Option<LoadedMap>, MapStoreError> {
+        let Some(e) = self.store.get(&self.key(type_key)).await? else { return Ok(None) };
+        let stored: StoredMap = postcard::from_bytes(&e.value)
+            .map_err(|err| MapStoreError::Corrupt { type_key: type_key.to_string(), reason: err.to_string() })?;
+        Ok(Some(LoadedMap { term: stored.term, map: stored.map, revision: e.revision }))
+    }
+
+    /// Writes `map` for a coordinator of `term`, expecting the key at `expected` (0: absent).
+    /// On a conflict it reads the key again and retries while the stored map is from the same or
+    /// an older term; a newer term is [`MapStoreError::Deposed`]. Returns the new revision.
+    pub async fn save(
+        &self,
+        type_key: &str,
+        term: Term,
+        map: &ShardMap,
+        mut expected: Revision,
+    ) -> Result<Revision, MapStoreError> {
+        let value = postcard::to_allocvec(&StoredMap { term, map: map.clone() })
+            .map_err(|err| MapStoreError::Corrupt { type_key: type_key.to_string(), reason: err.to_string() })?;
+        let key = self.key(type_key);
+        loop {
+            if let Some(rev) = self.store.compare_and_put(&key, value.clone(), expected).await? {
+                return Ok(rev);
+            }
+            match self.load(type_key).await {
+                Ok(Some(current)) if current.term > term => {
+                    return Err(MapStoreError::Deposed {
+                        type_key: type_key.to_string(),
+                        stored: current.term,
+                        mine: term,
+                    })
+                }
+                Ok(Some(current)) => expected = current.revision,
+                Ok(None) => expected = 0,
+                // Unreadable: overwrite it, this coordinator's map is newer than anything broken.
+                Err(MapStoreError::Corrupt { .. }) => {
+                    expected = self.store.get(&key).await?.map(|e| e.revision).unwrap_or(0);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
