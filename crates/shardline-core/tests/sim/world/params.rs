@@ -1,0 +1,40 @@
+//! The shape of one schedule, drawn from its seed.
+
+use super::super::rng::Rng;
+
+/// The shape of one schedule.
+#[derive(Clone, Debug)]
+pub struct Params {
+    pub seed: u64,
+    pub nodes: usize,
+    pub shards: u32,
+    pub entities: u32,
+    pub clients: u32,
+    pub active_ms: u64,
+    pub quiet_ms: u64,
+    pub faults: usize,
+    pub drop_rate: f64,
+    pub with_store: bool,
+    pub strategy: usize,
+    pub broken_hand_off: bool,
+}
+
+impl Params {
+    pub fn random(seed: u64) -> Self {
+        let mut r = Rng::new(seed ^ 0x5EED);
+        Params {
+            seed,
+            nodes: r.range(2, 6) as usize,
+            shards: r.range(4, 33) as u32,
+            entities: r.range(10, 60) as u32,
+            clients: r.range(1, 3) as u32,
+            active_ms: r.range(1_000, 3_000),
+            quiet_ms: 8_000,
+            faults: r.range(0, 7) as usize,
+            drop_rate: if r.chance(0.5) { 0.0 } else { 0.01 },
+            with_store: r.chance(0.5),
+            strategy: r.range(0, 4) as usize,
+            broken_hand_off: false,
+        }
+    }
+}
