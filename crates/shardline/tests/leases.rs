@@ -185,3 +185,69 @@ async fn numbered_slots_fill_the_smallest_hole() {
     eventually("d takes slot 1", Duration::from_secs(20), move || slots(&a3) == want).await;
     drop((c, d));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_cannot_renew_its_key_steps_down_before_the_key_expires() {
+    use shardline::membership::lease::{CoordinationStore, WatchEvent};
+    use shardline_core::DomainEvent;
+    let store = InMemoryStore::new();
+    // The margin is smaller than the renewal period (TTL/3): stepping down on the next failed
+    // renewal instead of at the deadline would come after the key expired.
+    let config = LeaseConfig { safety_margin: Duration::from_millis(150), ..config() };
+    let start = |name: &'static str| {
+        let (store, config) = (store.clone(), config.clone());
+        async move {
+            let c = Cluster::builder()
+                .cluster_name("leases")
+                .node_name(name)
+                .membership(Leases::new(Arc::new(store), "leases", config))
+                .build()
+                .await
+                .expect("node starts");
+            let h = c.register::<Log>(settings()).await.expect("type registers");
+            (c, h)
+        }
+    };
+    logs();
+    let nodes = [start("a").await, start("b").await];
+    let (a, ha) = (&nodes[0].0, nodes[0].1.clone());
+    let h = ha.clone();
+    eventually("shards on both", Duration::from_secs(30), move || {
+        let n = names(&h);
+        n.iter().all(|x| !x.is_empty()) && n.iter().any(|x| x == "b")
+    })
+    .await;
+    let (leader, term) = a.view().leader.expect("a leader");
+    let leader_node = &nodes.iter().find(|(c, _)| c.node_id() == &leader).expect("the leader is one of them").0;
+    let mut events = leader_node.events();
+    let mut watch = store.watch("leases/leader").await.expect("store answers");
+    store.set_key_down("leases/leader", true);
+    let stepped_down = tokio::spawn(async move {
+        loop {
+            match events.recv().await {
+                Ok((_, DomainEvent::LeadershipLost { .. })) => return std::time::Instant::now(),
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(e) => panic!("event stream ended: {e}"),
+            }
+        }
+    });
+    let expired = loop {
+        match tokio::time::timeout(Duration::from_secs(10), watch.recv()).await {
+            Ok(Some(WatchEvent::Delete { .. })) => break std::time::Instant::now(),
+            Ok(Some(_)) => continue,
+            other => panic!("the leader key never expired: {other:?}"),
+        }
+    };
+    let stepped_down = tokio::time::timeout(Duration::from_secs(10), stepped_down)
+        .await
+        .expect("the leader stepped down")
+        .expect("watcher task");
+    assert!(stepped_down < expired, "the old leader still coordinated after its key expired");
+    assert!(!leader_node.view().view.is_fenced(&leader), "only leadership was lost, not membership");
+    // The key works again: someone leads with a larger term and every shard is homed.
+    store.set_key_down("leases/leader", false);
+    let a2 = a.clone();
+    eventually("a new term", Duration::from_secs(30), move || a2.view().leader.is_some_and(|(_, t)| t > term)).await;
+    all_homed(&ha).await;
+    ha.entity_ref("after").ask(Cmd::Append(1)).await.unwrap();
+}

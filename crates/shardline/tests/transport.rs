@@ -90,3 +90,59 @@ async fn crashed_node_is_downed_and_its_shards_move() {
         ha.entity_ref(format!("z{i}")).ask(Cmd::Append(1)).await.unwrap();
     }
 }
+
+/// Records what the transport reports.
+#[derive(Default)]
+struct Recorder(std::sync::Mutex<Vec<String>>);
+
+impl shardline::transport::Inbound for Recorder {
+    fn on_frame(&self, _: &NodeId, _: Frame) {}
+    fn on_link_down(&self, peer: &NodeId) {
+        self.0.lock().unwrap().push(format!("down {peer}"));
+    }
+    fn on_undeliverable(&self, peer: &NodeId, _: Frame) {
+        self.0.lock().unwrap().push(format!("undeliverable {peer}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forgetting_a_peer_reports_its_link_down() {
+    use shardline::transport::{SendError, Transport};
+    // A peer that completes the handshake and then swallows every frame: from the sender's side,
+    // what a process looks like that died with our frames in its socket buffer. No write fails.
+    let ghost = NodeId::new("ghost", 7);
+    let hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hole_addr = hole.local_addr().unwrap();
+    let (got_tx, mut got) = tokio::sync::mpsc::unbounded_channel();
+    let g = ghost.clone();
+    tokio::spawn(async move {
+        let (mut s, _) = hole.accept().await.unwrap();
+        let mut len = [0u8; 4];
+        s.read_exact(&mut len).await.unwrap();
+        let mut hello = vec![0; u32::from_be_bytes(len) as usize];
+        s.read_exact(&mut hello).await.unwrap();
+        let mut buf = Vec::new();
+        Frame::HelloOk { node: g }.encode_into(&mut buf).unwrap();
+        s.write_all(&buf).await.unwrap();
+        let mut sink = [0u8; 4096];
+        while let Ok(n) = s.read(&mut sink).await {
+            if n == 0 {
+                return;
+            }
+            let _ = got_tx.send(n);
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let t = Transport::new(NodeId::new("me", 1), &listener, shardline::TransportConfig::new("test")).unwrap();
+    let rec = std::sync::Arc::new(Recorder::default());
+    t.start(listener, rec.clone());
+    t.set_address(&ghost, hole_addr);
+    t.send(&ghost, Frame::Refuse { reason: "swallowed".into() }).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), got.recv()).await.expect("the frame was written").unwrap();
+    assert!(rec.0.lock().unwrap().is_empty(), "nothing failed: the sender cannot tell the frame was lost");
+    // The membership declares the peer dead: the sender learns its link is down, and frames
+    // for it come back at once.
+    t.forget(&ghost);
+    assert_eq!(*rec.0.lock().unwrap(), vec![format!("down {ghost}")]);
+    assert!(matches!(t.send(&ghost, Frame::Refuse { reason: "late".into() }), Err(SendError::NoRoute(_))));
+}

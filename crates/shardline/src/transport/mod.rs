@@ -184,9 +184,17 @@ impl Transport {
         self.peers.lock().unwrap_or_else(|e| e.into_inner()).contains_key(node)
     }
 
-    /// Drops the writer of a node that left or died.
+    /// Drops the writer of a node that left or died, and reports the link down: a frame the
+    /// writer wrote just before the peer died may be lost without any write failing (a drain
+    /// marker, say), and nothing else would ever tell the sender. Frames for it from now on come
+    /// back at once as undeliverable.
     pub fn forget(&self, node: &NodeId) {
-        self.peers.lock().unwrap_or_else(|e| e.into_inner()).remove(node);
+        let removed = self.peers.lock().unwrap_or_else(|e| e.into_inner()).remove(node);
+        if removed.is_some() {
+            if let Some(h) = self.shared.handler.get() {
+                h.on_link_down(node);
+            }
+        }
     }
 
     /// Queues a frame for `to` (this node included).

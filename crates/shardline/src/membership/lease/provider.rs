@@ -212,6 +212,24 @@ impl State {
         }
     }
 
+    /// While this node leads: when it must have stopped coordinating unless it renews the
+    /// leader key first (the key may expire at `renewed + ttl`, and a successor may take it).
+    fn leader_deadline(&self) -> Option<Instant> {
+        let leads = self.leader.as_ref().is_some_and(|(l, _)| l.node == self.me.node);
+        leads.then(|| self.leader_renewed + self.config.ttl.saturating_sub(self.config.safety_margin))
+    }
+
+    /// Gives up leadership whose key was not renewed in time, whatever the member key does: a
+    /// store can answer one renewal and not the other.
+    fn drop_lapsed_leadership(&mut self) -> bool {
+        if self.leader_deadline().is_some_and(|d| Instant::now() >= d) {
+            warn!("leadership given up: not renewed in time");
+            self.leader = None;
+            return true;
+        }
+        false
+    }
+
     /// Renews leadership, or tries to take it when nobody holds it (members that may lead);
     /// everyone else only reads who leads.
     async fn elect(&mut self) {
@@ -228,23 +246,21 @@ impl State {
         }
         if let Some((l, rev)) = self.leader.clone() {
             if l.node == self.me.node {
-                match self.store.refresh(&self.leader_key, encode(&l), rev, self.config.ttl).await {
-                    Ok(Some(rev)) => {
+                let sent = Instant::now();
+                let refresh = self.store.refresh(&self.leader_key, encode(&l), rev, self.config.ttl);
+                match tokio::time::timeout_at(self.leader_deadline().unwrap_or(sent), refresh).await {
+                    Ok(Ok(Some(rev))) => {
                         self.leader = Some((l, rev));
-                        self.leader_renewed = Instant::now();
+                        self.leader_renewed = sent;
                     }
-                    Ok(None) => {
+                    Ok(Ok(None)) => {
                         warn!("leadership lost");
                         self.leader = None;
                     }
-                    Err(e) => {
-                        warn!(error = %e, "cannot renew leadership");
-                        if self.leader_renewed.elapsed() >= self.config.ttl.saturating_sub(self.config.safety_margin) {
-                            warn!("leadership given up: not renewed in time");
-                            self.leader = None;
-                        }
-                    }
+                    Ok(Err(e)) => warn!(error = %e, "cannot renew leadership"),
+                    Err(_) => warn!("leadership renewal timed out"),
                 }
+                self.drop_lapsed_leadership();
                 return;
             }
         }
@@ -263,12 +279,13 @@ impl State {
                     return;
                 }
                 let record = LeaderRecord { node: self.me.node.clone(), term };
+                let sent = Instant::now();
                 if let Ok(Some(rev)) =
                     self.store.create_ephemeral(&self.leader_key, encode(&record), self.config.ttl).await
                 {
                     info!(term, "this node leads the cluster");
                     self.leader = Some((record, rev));
-                    self.leader_renewed = Instant::now();
+                    self.leader_renewed = sent;
                 }
             }
             Err(_) => self.leader = None,
@@ -432,7 +449,10 @@ async fn run(
     loop {
         // No store call may outlive the fencing deadline: a store that hangs must not keep this
         // node hosting past the point where its lease could be taken over.
-        let deadline = state.fence_deadline();
+        let mut wake = renew_at.min(Instant::now() + observe_every).min(state.fence_deadline());
+        if let Some(d) = state.leader_deadline() {
+            wake = wake.min(d);
+        }
         tokio::select! {
             c = ctl.recv() => match c {
                 Some(Control::Leave) => {
@@ -457,10 +477,13 @@ async fn run(
                 }
                 Some(Control::Halt) | None => return,
             },
-            _ = tokio::time::sleep_until(renew_at.min(Instant::now() + observe_every).min(deadline)) => {}
+            _ = tokio::time::sleep_until(wake) => {}
         }
         if Instant::now() >= state.fence_deadline() {
             state.fence();
+            publish(&state, &view_tx, &transport);
+        }
+        if state.drop_lapsed_leadership() {
             publish(&state, &view_tx, &transport);
         }
         if !state.fenced && Instant::now() >= renew_at {

@@ -9,7 +9,7 @@
 //! Every write returns the key's new revision; a compare-and-set that finds another revision
 //! returns `None` and changes nothing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -101,6 +101,7 @@ struct Inner {
     revision: Revision,
     watchers: Vec<(String, mpsc::Sender<WatchEvent>)>,
     down: bool,
+    down_keys: BTreeSet<String>,
 }
 
 impl Inner {
@@ -131,8 +132,8 @@ impl Inner {
         revision
     }
 
-    fn check(&mut self) -> Result<(), StoreError> {
-        if self.down {
+    fn check(&mut self, key: Option<&str>) -> Result<(), StoreError> {
+        if self.down || key.is_some_and(|k| self.down_keys.contains(k)) {
             return Err(StoreError::Unavailable("in-memory store is down".into()));
         }
         self.expire(Instant::now());
@@ -158,14 +159,29 @@ impl InMemoryStore {
         self.lock().down = down;
     }
 
+    /// Makes every call on `key` fail with `Unavailable` (true) or work again (false): a store
+    /// that answers some requests and not others.
+    pub fn set_key_down(&self, key: &str, down: bool) {
+        let mut g = self.lock();
+        if down {
+            g.down_keys.insert(key.to_string());
+        } else {
+            g.down_keys.remove(key);
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn call<T: Send + 'static>(&self, f: impl FnOnce(&mut Inner) -> T) -> BoxFuture<'_, Result<T, StoreError>> {
+    fn call<T: Send + 'static>(
+        &self,
+        key: Option<&str>,
+        f: impl FnOnce(&mut Inner) -> T,
+    ) -> BoxFuture<'_, Result<T, StoreError>> {
         let r = {
             let mut g = self.lock();
-            g.check().map(|()| f(&mut g))
+            g.check(key).map(|()| f(&mut g))
         };
         Box::pin(async move { r })
     }
@@ -178,16 +194,14 @@ impl CoordinationStore for InMemoryStore {
         value: Vec<u8>,
         ttl: Duration,
     ) -> BoxFuture<'_, Result<Option<Revision>, StoreError>> {
-        let key = key.to_string();
-        self.call(
-            move |s| {
-                if s.keys.contains_key(&key) {
-                    None
-                } else {
-                    Some(s.put(&key, value, Some(Instant::now() + ttl)))
-                }
-            },
-        )
+        let (name, key) = (key, key.to_string());
+        self.call(Some(name), move |s| {
+            if s.keys.contains_key(&key) {
+                None
+            } else {
+                Some(s.put(&key, value, Some(Instant::now() + ttl)))
+            }
+        })
     }
 
     fn refresh(
@@ -197,8 +211,8 @@ impl CoordinationStore for InMemoryStore {
         expected: Revision,
         ttl: Duration,
     ) -> BoxFuture<'_, Result<Option<Revision>, StoreError>> {
-        let key = key.to_string();
-        self.call(move |s| match s.keys.get(&key) {
+        let (name, key) = (key, key.to_string());
+        self.call(Some(name), move |s| match s.keys.get(&key) {
             Some(e) if e.revision == expected => Some(s.put(&key, value, Some(Instant::now() + ttl))),
             _ => None,
         })
@@ -210,23 +224,23 @@ impl CoordinationStore for InMemoryStore {
         value: Vec<u8>,
         expected: Revision,
     ) -> BoxFuture<'_, Result<Option<Revision>, StoreError>> {
-        let key = key.to_string();
-        self.call(move |s| {
+        let (name, key) = (key, key.to_string());
+        self.call(Some(name), move |s| {
             let current = s.keys.get(&key).map(|e| e.revision).unwrap_or(0);
             (current == expected).then(|| s.put(&key, value, None))
         })
     }
 
     fn get(&self, key: &str) -> BoxFuture<'_, Result<Option<Entry>, StoreError>> {
-        let key = key.to_string();
-        self.call(move |s| {
+        let (name, key) = (key, key.to_string());
+        self.call(Some(name), move |s| {
             s.keys.get(&key).map(|e| Entry { key: key.clone(), value: e.value.clone(), revision: e.revision })
         })
     }
 
     fn list(&self, prefix: &str) -> BoxFuture<'_, Result<Vec<Entry>, StoreError>> {
         let prefix = prefix.to_string();
-        self.call(move |s| {
+        self.call(None, move |s| {
             s.keys
                 .range(prefix.clone()..)
                 .take_while(|(k, _)| k.starts_with(prefix.as_str()))
@@ -236,8 +250,8 @@ impl CoordinationStore for InMemoryStore {
     }
 
     fn delete(&self, key: &str, expected: Option<Revision>) -> BoxFuture<'_, Result<bool, StoreError>> {
-        let key = key.to_string();
-        self.call(move |s| match s.keys.get(&key) {
+        let (name, key) = (key, key.to_string());
+        self.call(Some(name), move |s| match s.keys.get(&key) {
             Some(e) if expected.is_none_or(|x| x == e.revision) => {
                 s.keys.remove(&key);
                 s.revision += 1;
@@ -251,7 +265,7 @@ impl CoordinationStore for InMemoryStore {
     fn watch(&self, prefix: &str) -> BoxFuture<'_, Result<mpsc::Receiver<WatchEvent>, StoreError>> {
         let prefix = prefix.to_string();
         let inner = self.inner.clone();
-        self.call(move |s| {
+        self.call(None, move |s| {
             let (tx, rx) = mpsc::channel(1024);
             s.watchers.push((prefix, tx));
             // Expiry must be noticed even when nobody calls: a small ticker per watch.
