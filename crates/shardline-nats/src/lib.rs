@@ -87,16 +87,18 @@ impl NatsStore {
         }))
     }
 
+    /// The live keys under `prefix`. The names come from the stream's per-subject state, a plain
+    /// request: the client's `keys()` runs an ordered consumer, and a 2.9 server can leave it
+    /// waiting forever when messages expire while it runs (nats-server issue 3481). That hang
+    /// held a node's lease loop until its lease lapsed.
     async fn keys_in(&self, store: &kv::Store, prefix: &str) -> Result<Vec<Entry>, StoreError> {
         let mut out = Vec::new();
-        let mut keys = match store.keys().await {
-            Ok(k) => k,
-            Err(e) => return Err(unavailable(e)),
-        };
+        let mut subjects = store.stream.info_with_subjects(format!("{}>", store.prefix)).await.map_err(unavailable)?;
         let mut names = Vec::new();
-        while let Some(k) = keys.next().await {
-            let k = k.map_err(unavailable)?;
-            let key = unsubject(&k);
+        while let Some(s) = subjects.next().await {
+            let (subject, _) = s.map_err(unavailable)?;
+            let Some(k) = subject.strip_prefix(store.prefix.as_str()) else { continue };
+            let key = unsubject(k);
             if key.starts_with(prefix) {
                 names.push(key);
             }
