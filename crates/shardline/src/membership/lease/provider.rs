@@ -504,12 +504,14 @@ async fn run(
             // Stop the shards now, not after the next (possibly slow) read of the store.
             publish(&state, &view_tx, &transport);
         }
-        let d = state.fence_deadline();
-        if tokio::time::timeout_at(d, state.observe()).await.is_err() {
-            state.fence();
-        }
+        // A slow listing must not hold up the next renewal: it only delays what this node sees.
+        // The fencing deadline is checked at the top of the loop.
+        let reads_until = state.fence_deadline().min(renew_at);
+        let _ = tokio::time::timeout_at(reads_until, state.observe()).await;
         // Followers watch the leader key closely, so a dead leader is replaced soon after its
         // lease lapses; the leader renews on its own schedule above.
+        // (Not cut off at the next renewal: an election cut off between creating the leader key
+        // and reading the answer would leave a key naming this node that it does not know of.)
         if !state.fenced && state.leader.as_ref().is_none_or(|(l, _)| l.node != state.me.node) {
             let d = state.fence_deadline();
             if tokio::time::timeout_at(d, state.elect()).await.is_err() {
