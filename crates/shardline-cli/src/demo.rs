@@ -216,18 +216,13 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
     let node_flags = |version: &str| -> Vec<String> {
         vec!["--app-version".into(), version.into(), "--strategy".into(), args.strategy.to_string()]
     };
+    // Node `n{i+1}` on the first version.
+    let start_node = |i: usize| {
+        NodeProc::spawn(&format!("n{}", i + 1), &addrs[i], &seed, args.shards, &membership, &dir, &node_flags("1"))
+    };
     let mut nodes: Vec<NodeProc> = Vec::new();
     for i in 0..args.nodes {
-        let name = format!("n{}", i + 1);
-        nodes.push(NodeProc::spawn(
-            &name,
-            &addrs[i as usize],
-            &seed,
-            args.shards,
-            &membership,
-            &dir,
-            &node_flags("1"),
-        )?);
+        nodes.push(start_node(i as usize)?);
         if i == 0 {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
@@ -311,15 +306,7 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
             }
             "scale-out" => {
                 let i = args.nodes as usize;
-                nodes.push(NodeProc::spawn(
-                    &format!("n{}", i + 1),
-                    &addrs[i],
-                    &seed,
-                    args.shards,
-                    &membership,
-                    &dir,
-                    &node_flags("1"),
-                )?);
+                nodes.push(start_node(i)?);
                 progress.line(format!("scale-out: started n{}", i + 1));
             }
             "graceful-leave" if nodes.len() > 1 => {

@@ -147,28 +147,37 @@ async fn every_shard_answers(h: &EntityHandle<Account>, limit: Duration) -> Dura
 /// (from, to, node) of one node hosting one shard.
 type Interval = (u128, u128, String);
 
+/// One line of the ownership log: `(time, node, (type, shard), started)`.
+type OwnershipEvent = (u128, String, (String, String), bool);
+
+/// Reads the ownership log every node appends to.
+fn ownership_events(log: &Path) -> Vec<OwnershipEvent> {
+    let text = std::fs::read_to_string(log).expect("ownership log exists");
+    text.lines()
+        .map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let [t, node, ty, shard, _epoch, what] = f[..] else { panic!("bad ownership line: {line}") };
+            let start = match what {
+                "start" => true,
+                "stop" => false,
+                other => panic!("bad ownership event {other}"),
+            };
+            (t.parse().expect("a time in ms"), node.to_string(), (ty.to_string(), shard.to_string()), start)
+        })
+        .collect()
+}
+
 /// Proves no two nodes hosted the same shard at overlapping times. `killed` closes the
 /// intervals of nodes (by name prefix `name#`) killed at that time.
 fn check_ownership(log: &Path, killed: &[(String, u128)]) {
-    let text = std::fs::read_to_string(log).expect("ownership log exists");
     // (type, shard) -> node -> intervals
     let mut open: HashMap<(String, String), HashMap<String, u128>> = HashMap::new();
     let mut intervals: HashMap<(String, String), Vec<Interval>> = HashMap::new();
-    for line in text.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let [t, node, ty, shard, _epoch, what] = f[..] else { panic!("bad ownership line: {line}") };
-        let t: u128 = t.parse().unwrap();
-        let key = (ty.to_string(), shard.to_string());
-        match what {
-            "start" => {
-                open.entry(key).or_default().insert(node.to_string(), t);
-            }
-            "stop" => {
-                if let Some(s) = open.entry(key.clone()).or_default().remove(node) {
-                    intervals.entry(key).or_default().push((s, t, node.to_string()));
-                }
-            }
-            other => panic!("bad ownership event {other}"),
+    for (t, node, key, start) in ownership_events(log) {
+        if start {
+            open.entry(key).or_default().insert(node, t);
+        } else if let Some(s) = open.entry(key.clone()).or_default().remove(&node) {
+            intervals.entry(key).or_default().push((s, t, node));
         }
     }
     let end = now_ms();
@@ -291,13 +300,10 @@ async fn store_outage_fences_everyone(etcd: bool) {
     server.stop();
     // Longer than the TTL: every node stops its shards (the log shows every shard stopped).
     tokio::time::sleep(TTL + Duration::from_secs(2)).await;
-    let text = std::fs::read_to_string(&log).unwrap();
-    let mut hosting: HashMap<String, bool> = HashMap::new();
-    for line in text.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let t: u128 = f[0].parse().unwrap();
+    let mut hosting: HashMap<(String, (String, String)), bool> = HashMap::new();
+    for (t, node, shard, start) in ownership_events(&log) {
         if t <= stopped_at + TTL.as_millis() {
-            hosting.insert(format!("{} {}", f[1], f[3]), f[5] == "start");
+            hosting.insert((node, shard), start);
         }
     }
     assert!(hosting.values().all(|h| !h), "a node kept hosting without the store: {hosting:?}");
