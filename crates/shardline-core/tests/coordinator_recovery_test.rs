@@ -100,3 +100,12 @@ fn homes_confirmed_after_a_welcome_are_announced_to_it() {
         .collect();
     assert!(told_a.contains(&ShardId(0)) && told_a.contains(&ShardId(1)), "a learns b's shards: {told_a:?}");
 }
+
+#[test]
+fn a_stored_map_with_another_shard_count_is_ignored() {
+    let mut stored = ShardMap::new(4).unwrap();
+    stored.assign(ShardId(0), node("b"), 1).unwrap();
+    let c = recovering(2, &["a", "b"], 2, Some(stored));
+    assert_eq!(c.shard_map().num_shards(), 2);
+    assert!(c.shard_map().iter().all(|(_, slot)| slot.owner.is_none()), "nothing taken from the old map");
+}

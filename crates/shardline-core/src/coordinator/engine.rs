@@ -83,7 +83,8 @@ pub(super) struct Recovery {
 impl CoordinatorEngine {
     /// Starts a coordinator of `term` on `node` (the leader). It recovers first: it asks every
     /// member to register and allocates nothing until every live member has reported what it
-    /// hosts. `stored` is the map kept by the provider's store, if any.
+    /// hosts. `stored` is the map kept by the provider's store, if any; a map with another
+    /// number of shards (the type was reconfigured) is ignored.
     pub fn new(
         config: CoordinatorConfig,
         node: NodeId,

@@ -94,9 +94,12 @@ impl Coordinator {
     fn run(self: &Arc<Self>, stored: Option<ShardMap>) {
         {
             let mut slot = self.engine.lock().unwrap_or_else(|e| e.into_inner());
-            let Slot::Loading { .. } = &*slot else { return };
-            let Slot::Loading { view, config, strategy } = std::mem::replace(&mut *slot, Slot::Failed) else {
-                return;
+            let (view, config, strategy) = match std::mem::replace(&mut *slot, Slot::Failed) {
+                Slot::Loading { view, config, strategy } => (view, config, strategy),
+                other => {
+                    *slot = other;
+                    return;
+                }
             };
             let now = self.cluster.now_ms();
             match CoordinatorEngine::new(config, self.cluster.node_id().clone(), self.term, strategy, view, stored, now)
@@ -236,23 +239,13 @@ async fn load_then_run(c: Weak<Coordinator>, maps: ShardMaps, mut written: watch
         }
         match r {
             Ok(Ok(loaded)) => {
-                let shards = match &*co.engine.lock().unwrap_or_else(|e| e.into_inner()) {
-                    Slot::Loading { config, .. } => config.num_shards,
-                    _ => return,
-                };
-                let (stored, revision) = match loaded {
-                    Some(l) if l.map.num_shards() == shards => {
-                        info!(%type_key, term = l.term, version = l.map.version(), "resuming from the stored shard map");
-                        (Some(l.map), l.revision)
-                    }
-                    Some(l) => {
-                        warn!(%type_key, stored = l.map.num_shards(), configured = shards,
-                            "stored shard map has another number of shards: starting over");
-                        (None, l.revision)
-                    }
-                    None => (None, 0),
-                };
-                co.run(stored);
+                // The engine decides what to take from it (a map of another shard count: nothing).
+                let revision = loaded.as_ref().map_or(0, |l| l.revision);
+                if let Some(l) = &loaded {
+                    info!(%type_key, term = l.term, version = l.map.version(), shards = l.map.num_shards(),
+                        "resuming from the stored shard map");
+                }
+                co.run(loaded.map(|l| l.map));
                 break revision;
             }
             Ok(Err(MapStoreError::Corrupt { reason, .. })) => {
