@@ -43,10 +43,17 @@ pub enum MapStoreError {
     },
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct StoredMap {
     term: Term,
     map: ShardMap,
+}
+
+/// What is written: the same encoding as [`StoredMap`], without copying the map.
+#[derive(Serialize)]
+struct MapToStore<'a> {
+    term: Term,
+    map: &'a ShardMap,
 }
 
 /// A shard map as read from the store.
@@ -112,7 +119,7 @@ impl ShardMaps {
         map: &ShardMap,
         mut expected: Revision,
     ) -> Result<Revision, MapStoreError> {
-        let value = postcard::to_allocvec(&StoredMap { term, map: map.clone() })
+        let value = postcard::to_allocvec(&MapToStore { term, map })
             .map_err(|err| MapStoreError::Corrupt { type_key: type_key.to_string(), reason: err.to_string() })?;
         let key = self.key(type_key);
         loop {
