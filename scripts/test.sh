@@ -18,14 +18,35 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
 fi
 
+# The journal tests need PostgreSQL (trust authentication, database `test`); every machine of this
+# project runs it on 127.0.0.1:5432. Say so loudly when it is not there rather than fail obscurely.
+pg_url=${SHARDLINE_TEST_POSTGRES:-postgres://postgres@127.0.0.1:5432/test}
+if command -v pg_isready >/dev/null && ! pg_isready -q -d "$pg_url"; then
+  echo "PostgreSQL is not accepting connections at $pg_url (the journal tests need it; set SHARDLINE_TEST_POSTGRES)"
+  exit 1
+fi
+
 echo "== fmt"
 cargo fmt --all -- --check
+echo "== default build needs no protoc"
+# The README's first command builds the CLI with default features: no etcd-client, so no protoc.
+if cargo tree -p shardline-cli --edges normal,build | grep -q etcd-client; then
+  echo "shardline-cli's default features pull in etcd-client (needs protoc)"; exit 1
+fi
 echo "== clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+cargo clippy --workspace --all-targets --all-features -- -D warnings
+echo "== docs"
+# Every crate's docs, with every feature, without a single warning (rustdoc's or cargo's).
+docs=$(RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features 2>&1) || { echo "$docs"; exit 1; }
+if grep -q "^warning" <<<"$docs"; then echo "$docs"; exit 1; fi
 echo "== simulation (${SHARDLINE_SIM_SCHEDULES:=10000} schedules)"
 SHARDLINE_SIM_SCHEDULES=$SHARDLINE_SIM_SCHEDULES cargo test -p shardline-core --release sim -- --nocapture
 echo "== tests"
-cargo test --workspace --release -- --skip sim_
+cargo test --workspace --release --all-features -- --skip sim_
+echo "== examples"
+cargo run --release -q -p shardline --example counter
+cargo run --release -q -p shardline --example devices
 echo "== demo (short run)"
 cargo run --release -q -p shardline-cli -- demo --duration-secs 2 --entities 2000 --json target/demo-smoke.json
 jq -e '(.phases | length) == 5 and .invariants.lost_acked == 0 and .invariants.double_applied == 0 and .invariants.ledger_mismatches == 0' target/demo-smoke.json >/dev/null

@@ -2,6 +2,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use shardline_cli::membership::MembershipSpec;
+use shardline_cli::store::StoreSpec;
 use shardline_cli::StrategyArg;
 
 /// Shardline: cluster sharding for Rust.
@@ -101,12 +102,16 @@ pub struct DemoArgs {
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
     /// Which scenario.
-    #[arg(long, value_parser = ["local-ask", "remote-ask", "idle-memory", "rebalance", "failover"])]
+    #[arg(long, value_parser = ["local-ask", "remote-ask", "idle-memory", "rebalance", "failover", "journal"])]
     pub scenario: String,
+    /// The journal (journal scenario): sqlite://PATH (default: a file in a fresh directory) or
+    /// postgres://USER@HOST:PORT/DATABASE (the `postgres` feature).
+    #[arg(long)]
+    pub store: Option<StoreSpec>,
     /// Membership of the cluster scenarios: seeds, etcd://HOST:PORT or nats://HOST:PORT.
     #[arg(long, default_value = "seeds")]
     pub membership: MembershipSpec,
-    /// Repetitions (failover).
+    /// Repetitions (failover, journal).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub runs: u32,
     /// Write the result as JSON to this file.
@@ -118,7 +123,8 @@ pub struct BenchArgs {
     /// Concurrent callers (ask scenarios).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub concurrency: u64,
-    /// Entities: asked (ask scenarios), activated (idle-memory, rebalance).
+    /// Entities: asked (ask scenarios), activated (idle-memory, rebalance); appends per writer
+    /// (journal, default 100).
     #[arg(long)]
     pub entities: Option<u64>,
 }

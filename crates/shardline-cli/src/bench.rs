@@ -26,6 +26,7 @@ pub async fn run(args: BenchArgs) -> i32 {
         "idle-memory" => idle_memory(&args).await,
         "rebalance" => rebalance(&args).await,
         "failover" => failover(&args).await,
+        "journal" => crate::journal_bench::journal(&args).await,
         other => Err(format!("unknown scenario {other}").into()),
     };
     match result {

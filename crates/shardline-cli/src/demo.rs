@@ -124,7 +124,10 @@ async fn wait_for(what: &str, limit: Duration, progress: &Progress, mut cond: im
 /// The application version of the nodes a rolling restart starts.
 const NEW_VERSION: &str = "2";
 
-/// Shards per hosting node, with each node's application version.
+/// Shards per hosting node, with each node's application version. An owner the driver's view
+/// does not know yet is left out: it is a node that just (re)started, whose shards were announced
+/// before its membership reached the driver. Counting it with an empty version made a restarted,
+/// new-version node look like an old one that gained shards.
 fn shards_by_version(driver: &Cluster, accounts: &EntityHandle<Account>) -> Vec<(shardline::NodeId, String, usize)> {
     let view = driver.view();
     let mut counts: BTreeMap<shardline::NodeId, usize> = BTreeMap::new();
@@ -133,9 +136,9 @@ fn shards_by_version(driver: &Cluster, accounts: &EntityHandle<Account>) -> Vec<
     }
     counts
         .into_iter()
-        .map(|(n, c)| {
-            let v = view.view.get(&n).map(|m| m.app_version.to_string()).unwrap_or_default();
-            (n, v, c)
+        .filter_map(|(n, c)| {
+            let v = view.view.get(&n)?.app_version.to_string();
+            Some((n, v, c))
         })
         .collect()
 }
@@ -252,7 +255,7 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
     // LeastShards reaches max − min ≤ 1; the other strategies follow their own rules, so for
     // them "settled" means every host holds shards and nothing moved for two seconds.
     let a3 = accounts.clone();
-    let least_shards = matches!(args.strategy.0, shardline::StrategyKind::LeastShards { .. });
+    let least_shards = matches!(args.strategy.0, shardline::StrategyKind::LeastShards);
     let mut last = (shards_per_node(&a3.shard_homes()), Instant::now());
     let balanced = wait_for("the initial rebalance to settle", Duration::from_secs(60), &progress, || {
         let per = shards_per_node(&a3.shard_homes());

@@ -2,6 +2,7 @@
 
 pub mod account;
 pub mod membership;
+pub mod store;
 
 use std::time::Duration;
 
@@ -26,7 +27,7 @@ impl std::str::FromStr for StrategyArg {
 
     fn from_str(s: &str) -> Result<Self, String> {
         Ok(StrategyArg(match s {
-            "least-shards" => StrategyKind::default(),
+            "least-shards" => StrategyKind::LeastShards,
             "version-aware" => StrategyKind::VersionAware,
             "consistent-hash" => StrategyKind::ConsistentHash,
             "ranges" => StrategyKind::Ranges,
@@ -38,7 +39,7 @@ impl std::str::FromStr for StrategyArg {
 impl std::fmt::Display for StrategyArg {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self.0 {
-            StrategyKind::LeastShards { .. } => "least-shards",
+            StrategyKind::LeastShards => "least-shards",
             StrategyKind::VersionAware => "version-aware",
             StrategyKind::ConsistentHash => "consistent-hash",
             StrategyKind::Ranges => "ranges",

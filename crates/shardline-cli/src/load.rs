@@ -138,6 +138,8 @@ fn error_kind(e: &Error) -> &'static str {
         Error::Unavailable(_) => "unavailable",
         Error::Overloaded(_) => "overloaded",
         Error::Rejected(_) => "rejected",
+        Error::ReplyLost(_) => "reply_lost",
+        Error::OutcomeUnknown(_) => "outcome_unknown",
     }
 }
 
@@ -196,7 +198,9 @@ pub async fn run_accounts(
                     Err(e) => {
                         failed.fetch_add(1, Ordering::Relaxed);
                         *errors.entry(error_kind(&e).to_string()).or_default() += 1;
-                        if signed != 0 && !matches!(e, Error::Overloaded(_) | Error::Rejected(_)) {
+                        // Not processed: nothing to account for. Otherwise it ran or may have run
+                        // (and a withdrawal may have been refused): the audit allows either.
+                        if signed != 0 && !e.is_safe_to_retry() {
                             ledger
                                 .lock()
                                 .unwrap_or_else(|e| e.into_inner())

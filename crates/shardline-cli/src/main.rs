@@ -3,6 +3,7 @@
 mod args;
 mod bench;
 mod demo;
+mod journal_bench;
 mod load;
 mod node;
 mod procs;

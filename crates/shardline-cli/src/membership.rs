@@ -1,11 +1,17 @@
 //! `--membership seeds | etcd://HOST:PORT | nats://HOST:PORT`.
+//!
+//! The etcd and NATS stores are cargo features of this crate (`etcd`, `nats`), off by default so
+//! that the demo builds with nothing but the Rust toolchain. A spec naming a store this build
+//! lacks is an error that says which feature to turn on, never a silent fall-back to seeds.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use shardline::membership::lease::{CoordinationStore, LeaseConfig, Leases};
 use shardline::{MembershipProvider, Seeds};
+#[cfg(feature = "etcd")]
 use shardline_etcd::EtcdStore;
+#[cfg(feature = "nats")]
 use shardline_nats::NatsStore;
 
 /// A parsed `--membership` value.
@@ -54,19 +60,43 @@ pub fn lease_config() -> LeaseConfig {
 /// is an error.
 pub async fn store(spec: &MembershipSpec, cluster: &str) -> Result<Option<Arc<dyn CoordinationStore>>, String> {
     let timeout = Duration::from_secs(3);
-    Ok(match spec {
-        MembershipSpec::Seeds => None,
-        MembershipSpec::Etcd(addr) => Some(Arc::new(
-            EtcdStore::connect(std::slice::from_ref(addr), timeout)
-                .await
-                .map_err(|e| format!("etcd at {addr}: {e}"))?,
-        )),
-        MembershipSpec::Nats(url) => Some(Arc::new(
-            NatsStore::connect(url, cluster, lease_config().ttl, timeout)
-                .await
-                .map_err(|e| format!("NATS at {url}: {e}"))?,
-        )),
-    })
+    match spec {
+        MembershipSpec::Seeds => Ok(None),
+        MembershipSpec::Etcd(addr) => etcd_store(addr, timeout).await.map(Some),
+        MembershipSpec::Nats(url) => nats_store(url, cluster, timeout).await.map(Some),
+    }
+}
+
+#[cfg(feature = "etcd")]
+async fn etcd_store(addr: &str, timeout: Duration) -> Result<Arc<dyn CoordinationStore>, String> {
+    let store = EtcdStore::connect(&[addr.to_string()], timeout).await.map_err(|e| format!("etcd at {addr}: {e}"))?;
+    Ok(Arc::new(store))
+}
+
+#[cfg(not(feature = "etcd"))]
+async fn etcd_store(addr: &str, _timeout: Duration) -> Result<Arc<dyn CoordinationStore>, String> {
+    Err(missing_feature("etcd", &format!("etcd://{addr}")))
+}
+
+#[cfg(feature = "nats")]
+async fn nats_store(url: &str, cluster: &str, timeout: Duration) -> Result<Arc<dyn CoordinationStore>, String> {
+    let store = NatsStore::connect(url, cluster, lease_config().ttl, timeout)
+        .await
+        .map_err(|e| format!("NATS at {url}: {e}"))?;
+    Ok(Arc::new(store))
+}
+
+#[cfg(not(feature = "nats"))]
+async fn nats_store(url: &str, _cluster: &str, _timeout: Duration) -> Result<Arc<dyn CoordinationStore>, String> {
+    Err(missing_feature("nats", url))
+}
+
+#[cfg(any(not(feature = "etcd"), not(feature = "nats")))]
+fn missing_feature(feature: &str, spec: &str) -> String {
+    format!(
+        "--membership {spec} needs the `{feature}` feature, which this build lacks: \
+         rebuild with `cargo build --release -p shardline-cli --features {feature}`"
+    )
 }
 
 /// Builds the provider; a store that cannot be reached is an error.

@@ -42,6 +42,18 @@ async fn start(args: &NodeArgs) -> Result<Cluster, String> {
     Ok(cluster)
 }
 
+/// A second signal during the leave: stop at once. Shards still here are not handed off; peers
+/// see this node as crashed and take them once its membership lapses.
+fn cut_short(cluster: &Cluster) -> i32 {
+    error!("leave cut short by a second signal: stopping at once without handing off");
+    cluster.crash();
+    LEAVE_CUT_SHORT
+}
+
+/// Exit code of a node whose graceful leave was cut short by a second signal (128 + SIGINT, as
+/// shells report an interrupted program).
+const LEAVE_CUT_SHORT: i32 = 130;
+
 /// Runs a node until it is told to stop; returns the process exit code.
 pub async fn run(args: NodeArgs) -> i32 {
     let (mut term, mut int) = match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
@@ -80,13 +92,17 @@ pub async fn run(args: NodeArgs) -> i32 {
                 continue;
             }
         }
-        info!("stopping: leaving the cluster");
-        return match cluster.leave_within(Duration::from_secs(60)).await {
-            Ok(()) => 0,
-            Err(e) => {
-                error!(error = %e, "graceful leave did not complete");
-                1
-            }
+        info!("stopping: leaving the cluster (a second SIGINT/SIGTERM stops at once)");
+        return tokio::select! {
+            left = cluster.leave_within(Duration::from_secs(60)) => match left {
+                Ok(()) => 0,
+                Err(e) => {
+                    error!(error = %e, "graceful leave did not complete");
+                    1
+                }
+            },
+            _ = term.recv() => cut_short(&cluster),
+            _ = int.recv() => cut_short(&cluster),
         };
     }
 }

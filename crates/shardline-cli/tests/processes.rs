@@ -24,6 +24,17 @@ impl Drop for Node {
 }
 
 fn spawn(name: &str, port: u16, seed: u16) -> Node {
+    let level = std::env::var("SHARDLINE_TEST_NODE_LOG").unwrap_or_else(|_| "warn".into());
+    spawn_with(name, port, seed, &[], Stdio::inherit(), &level)
+}
+
+/// A node whose log (at info level) goes to `log`, with `extra` flags.
+fn spawn_logged(name: &str, port: u16, seed: u16, extra: &[&str], log: &std::path::Path) -> Node {
+    let file = std::fs::File::create(log).expect("log file");
+    spawn_with(name, port, seed, extra, Stdio::from(file), "info")
+}
+
+fn spawn_with(name: &str, port: u16, seed: u16, extra: &[&str], stderr: Stdio, level: &str) -> Node {
     let child = Command::new(env!("CARGO_BIN_EXE_shardline"))
         .args([
             "node",
@@ -36,12 +47,34 @@ fn spawn(name: &str, port: u16, seed: u16) -> Node {
             "--shards",
             &SHARDS.to_string(),
         ])
-        .env("RUST_LOG", std::env::var("SHARDLINE_TEST_NODE_LOG").unwrap_or_else(|_| "warn".into()))
+        .args(extra)
+        .env("RUST_LOG", level)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .expect("the shardline binary starts");
     Node(child)
+}
+
+/// Sends a signal. libc::kill has no memory-safety preconditions.
+fn signal(node: &Node, sig: libc::c_int) {
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::kill(node.0.id() as libc::pid_t, sig);
+    }
+}
+
+/// The exit code once the process exits, polled; panics after `limit`.
+async fn exit_code(node: &mut Node, what: &str, limit: Duration) -> Option<i32> {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = node.0.try_wait().expect("wait") {
+            return status.code();
+        }
+        assert!(start.elapsed() < limit, "{what}: still running after {limit:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 async fn driver(seed: u16) -> (Cluster, EntityHandle<Account>) {
@@ -146,11 +179,8 @@ async fn sigterm_hands_shards_off_without_losing_state() {
     for i in 0..100 {
         h.entity_ref(format!("acct-{i}")).ask(AccountCmd::Deposit { op: i, amount: 10 }).await.unwrap();
     }
-    // SIGTERM: the node leaves gracefully. libc::kill has no memory-safety preconditions.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::kill(n2.0.id() as libc::pid_t, libc::SIGTERM);
-    }
+    // SIGTERM: the node leaves gracefully.
+    signal(&n2, libc::SIGTERM);
     // Keep depositing while n2 leaves.
     for i in 0..100 {
         h.entity_ref(format!("acct-{i}")).ask(AccountCmd::Deposit { op: 1000 + i, amount: 1 }).await.unwrap();
@@ -163,4 +193,87 @@ async fn sigterm_hands_shards_off_without_losing_state() {
         assert_eq!(r.ops, vec![i, 1000 + i]);
     }
     assert!(owners(&h).iter().all(|n| n == "n1"));
+}
+
+/// Waits until nodes named in `names` (and only they) host every shard, as `h` sees it.
+async fn hosted_by(h: &EntityHandle<Account>, names: &[&str]) {
+    let h = h.clone();
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    eventually(&format!("shards on {names:?}"), Duration::from_secs(60), move || {
+        let o = owners(&h);
+        o.iter().all(|n| names.contains(n)) && names.iter().all(|n| o.contains(n))
+    })
+    .await;
+}
+
+/// Ctrl-C on a one-node cluster: nowhere to hand the shards, so the node stops them itself (its
+/// stop hooks run) and exits 0, instead of waiting forever for a hand-off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_node_stops_its_shards_and_exits_0_on_ctrl_c() {
+    let dir = std::env::temp_dir().join(format!("shardline-lone-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (log, ownership) = (dir.join("node.log"), dir.join("ownership.log"));
+    let p = free_port();
+    let ownership_flag = ownership.display().to_string();
+    let mut solo = spawn_logged("solo", p, p, &["--ownership-log", &ownership_flag], &log);
+    let (_c, h) = driver(p).await;
+    hosted_by(&h, &["solo"]).await;
+    for i in 0..20 {
+        h.entity_ref(format!("acct-{i}")).ask(AccountCmd::Deposit { op: i, amount: 1 }).await.unwrap();
+    }
+    signal(&solo, libc::SIGINT);
+    let code = exit_code(&mut solo, "a lone node after Ctrl-C", Duration::from_secs(30)).await;
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(code, Some(0), "exit code; node log:\n{text}");
+    assert!(text.contains("leaving without hand-off"), "says why it stops its shards itself:\n{text}");
+    // Every shard that started here was stopped (gracefully: the entities' stop path ran).
+    let lines = std::fs::read_to_string(&ownership).unwrap();
+    let count = |what: &str| lines.lines().filter(|l| l.ends_with(what)).count();
+    assert!(count(" start") > 0);
+    assert_eq!(count(" start"), count(" stop"), "every started shard stopped:\n{lines}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Two nodes; n2 is frozen (SIGSTOP), so it is unreachable but not yet declared down. n1 gets
+/// SIGTERM: nobody can coordinate a hand-off, so after a short wait it stops its shards itself
+/// and exits 0. The same leave cut short by a second SIGTERM exits at once, non-zero.
+async fn leave_with_the_only_peer_frozen(second_signal: bool) {
+    let dir = std::env::temp_dir().join(format!("shardline-frozen-{}-{second_signal}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("n1.log");
+    let (p1, p2) = (free_port(), free_port());
+    let mut n1 = spawn_logged("n1", p1, p1, &[], &log);
+    let n2 = spawn("n2", p2, p1);
+    let (_c, h) = driver(p1).await;
+    hosted_by(&h, &["n1", "n2"]).await;
+    signal(&n2, libc::SIGSTOP);
+    signal(&n1, libc::SIGTERM);
+    let code = if second_signal {
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        assert!(n1.0.try_wait().unwrap().is_none(), "still leaving when the second signal comes");
+        signal(&n1, libc::SIGTERM);
+        exit_code(&mut n1, "a node after a second SIGTERM", Duration::from_secs(10)).await
+    } else {
+        exit_code(&mut n1, "a node whose only peer is frozen", Duration::from_secs(40)).await
+    };
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    if second_signal {
+        assert_eq!(code, Some(130), "node log:\n{text}");
+        assert!(text.contains("leave cut short by a second signal"), "node log:\n{text}");
+    } else {
+        assert_eq!(code, Some(0), "node log:\n{text}");
+        assert!(text.contains("no leader to hand off to"), "node log:\n{text}");
+    }
+    signal(&n2, libc::SIGCONT);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leave_with_every_peer_unreachable_stops_the_shards_here_and_exits_0() {
+    leave_with_the_only_peer_frozen(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_signal_cuts_a_leave_short() {
+    leave_with_the_only_peer_frozen(true).await;
 }

@@ -34,9 +34,9 @@ fn strategies(nodes: usize, shards: u32) -> Vec<(&'static str, Box<dyn Allocatio
     let external = External::new((0..shards).map(|s| (ShardId(s), format!("node-{}", s as usize % nodes))));
     vec![
         ("least_shards", Box::new(LeastShards::default())),
-        ("version_aware", Box::new(VersionAware)),
+        ("version_aware", Box::new(VersionAware::default())),
         ("consistent_hash", Box::new(ConsistentHash::default())),
-        ("ranges", Box::new(Ranges)),
+        ("ranges", Box::new(Ranges::default())),
         ("external", Box::new(external)),
     ]
 }

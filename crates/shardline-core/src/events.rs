@@ -49,6 +49,16 @@ pub enum DomainEvent {
         /// The term it held.
         term: Term,
     },
+    /// This node's coordinator found the stored shard map written by a newer term: another
+    /// coordinator runs, so this one stopped.
+    Deposed {
+        /// The deposed leader.
+        node: NodeId,
+        /// The term it held.
+        term: Term,
+        /// The newer term that wrote the map.
+        by: Term,
+    },
     /// A shard without a live owner was allocated.
     ShardAssigned {
         /// The shard.

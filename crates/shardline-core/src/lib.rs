@@ -44,7 +44,8 @@ pub mod shard_map;
 pub mod split_brain;
 
 pub use allocation::{
-    AllocationStrategy, ConsistentHash, External, LeastShards, Move, Plan, PlanProblem, Ranges, VersionAware,
+    AllocationStrategy, ConsistentHash, External, LeastShards, Move, Plan, PlanProblem, Ranges, RoundLimit,
+    VersionAware,
 };
 pub use coordinator::{CoordinatorCommand, CoordinatorConfig, CoordinatorEngine};
 pub use events::{DomainEvent, RebalanceReason};

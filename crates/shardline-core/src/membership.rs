@@ -303,6 +303,25 @@ impl MembershipView {
         self.members.values().filter(|m| m.may_host(role)).cloned().collect()
     }
 
+    /// Whether a member other than `me` may take over shards restricted to `role`. A leaving
+    /// node with no such member has nowhere to hand its shards: it stops them itself instead of
+    /// waiting for a hand-off nobody can take.
+    ///
+    /// ```
+    /// use shardline_core::{Member, MemberStatus, MembershipView, NodeId};
+    ///
+    /// let (a, b) = (NodeId::new("a", 1), NodeId::new("b", 1));
+    /// let mut view = MembershipView::new();
+    /// view.add(Member::new(a.clone(), 1).with_status(MemberStatus::Leaving)).unwrap();
+    /// view.add(Member::new(b.clone(), 2).with_status(MemberStatus::Up)).unwrap();
+    /// assert!(view.has_successor(&a, None));
+    /// view.set_status(&b, MemberStatus::Down).unwrap();
+    /// assert!(!view.has_successor(&a, None));
+    /// ```
+    pub fn has_successor(&self, me: &NodeId, role: Option<&str>) -> bool {
+        self.members.values().any(|m| &m.node != me && m.may_host(role))
+    }
+
     /// The oldest `Up` member (lowest `up_number`, then id): the leader under seed membership.
     pub fn oldest_up(&self) -> Option<&Member> {
         self.members

@@ -71,7 +71,7 @@ impl ClusterReadModel {
                     self.leader = Some((node.clone(), *term));
                 }
             }
-            DomainEvent::LeadershipLost { node, term } => {
+            DomainEvent::LeadershipLost { node, term } | DomainEvent::Deposed { node, term, .. } => {
                 if self.leader.as_ref() == Some(&(node.clone(), *term)) {
                     self.leader = None;
                 }

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use proptest::prelude::*;
 use shardline_core::{
     AllocationStrategy, ConsistentHash, External, LeastShards, Member, MemberStatus, NodeId, Plan, PlanProblem, Ranges,
-    ShardId, ShardMap, VersionAware,
+    RoundLimit, ShardId, ShardMap, VersionAware,
 };
 
 fn host(i: usize) -> Member {
@@ -75,7 +75,7 @@ proptest! {
 
     #[test]
     fn least_shards_converges_with_fewest_moves((hs, map) in arb_case(), abs in 0usize..20, rel in 0.01f64..1.0) {
-        let strategy = LeastShards { absolute_limit: abs, relative_limit: rel };
+        let strategy = LeastShards::with_limit(RoundLimit { absolute: abs, relative: rel });
         let expected = minimum_moves(&hs, &map);
         let mut map = map;
         let mut moves = 0;
@@ -100,7 +100,7 @@ proptest! {
         let mut moved: HashMap<ShardId, usize> = HashMap::new();
         for round in 0.. {
             prop_assert!(round <= map.num_shards() as usize + 1, "did not converge");
-            let plan = VersionAware.plan(&hs, &map);
+            let plan = VersionAware::unlimited().plan(&hs, &map);
             if plan.is_empty() {
                 break;
             }
@@ -130,7 +130,7 @@ proptest! {
             .map(|(i, m)| m.with_version(if i == newest % 10 { "2.0" } else { "1.0" }))
             .collect();
         let mixed = hs.iter().any(|m| m.app_version != hs[0].app_version);
-        let plan = VersionAware.plan(&hs, &map);
+        let plan = VersionAware::unlimited().plan(&hs, &map);
         check_common(&hs, &map, &plan)?;
         let max = hs.iter().map(|m| m.app_version.clone()).max().unwrap();
         for m in &plan.moves {
@@ -145,14 +145,14 @@ proptest! {
 
     #[test]
     fn ranges_are_contiguous_balanced_and_stable((hs, map) in arb_case(), rot in 0usize..10) {
-        let plan = Ranges.plan(&hs, &map);
+        let plan = Ranges::default().plan(&hs, &map);
         check_common(&hs, &map, &plan)?;
         let mut after = map.clone();
         apply(&mut after, &plan);
-        prop_assert!(Ranges.plan(&hs, &after).is_empty(), "not stable");
+        prop_assert!(Ranges::default().plan(&hs, &after).is_empty(), "not stable");
         let mut rotated = hs.clone();
         rotated.rotate_left(rot % hs.len());
-        prop_assert!(Ranges.plan(&rotated, &after).is_empty(), "depends on the order hosts are given in");
+        prop_assert!(Ranges::default().plan(&rotated, &after).is_empty(), "depends on the order hosts are given in");
         // Each host owns one contiguous run, of ⌊S/n⌋ or ⌈S/n⌉ shards.
         let mut runs: BTreeMap<NodeId, (u32, u32, u32)> = BTreeMap::new();
         for (s, slot) in after.iter() {
@@ -225,13 +225,13 @@ fn version_aware_follows_the_seed_example() {
     for s in 0..10 {
         map.assign(ShardId(s), hs[0].node.clone(), 1).unwrap();
     }
-    let plan = VersionAware.plan(&hs, &map);
+    let plan = VersionAware::unlimited().plan(&hs, &map);
     let moved: Vec<(u32, String)> = plan.moves.iter().map(|m| (m.shard.0, m.to.name.to_string())).collect();
     let expect = [(3, "n1"), (4, "n2"), (5, "n3"), (6, "n1"), (7, "n2"), (8, "n3"), (9, "n1")];
     assert_eq!(moved, expect.map(|(s, n)| (s, n.to_string())));
     apply(&mut map, &plan);
     assert_eq!(counts(&hs, &map), vec![3, 3, 2, 2]);
-    assert!(VersionAware.plan(&hs, &map).is_empty());
+    assert!(VersionAware::unlimited().plan(&hs, &map).is_empty());
 }
 
 #[test]
@@ -243,7 +243,7 @@ fn version_aware_skips_moves_that_gain_one() {
     for (s, o) in [0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 2].into_iter().enumerate() {
         map.assign(ShardId(s as u32), hs[o].node.clone(), 1).unwrap();
     }
-    let plan = VersionAware.plan(&hs, &map);
+    let plan = VersionAware::unlimited().plan(&hs, &map);
     assert_eq!(plan.moves.len(), 1);
     // p0 = 6, p1 = 5, p2 = 1 (average 4): p0 offers 2, p1 offers 1. After two moves to p2
     // (p0 = 4, p2 = 3), p1's shard would go to p2, which has only one fewer than p1... 5 vs 3:
@@ -252,33 +252,33 @@ fn version_aware_skips_moves_that_gain_one() {
     for (s, o) in [0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 2].into_iter().enumerate() {
         map.assign(ShardId(s as u32), hs[o].node.clone(), 1).unwrap();
     }
-    let plan = VersionAware.plan(&hs, &map);
+    let plan = VersionAware::unlimited().plan(&hs, &map);
     apply(&mut map, &plan);
     assert_eq!(counts(&hs, &map), vec![4, 4, 4]);
     let mut one_apart = ShardMap::new(7).unwrap();
     for (s, o) in [0, 0, 0, 1, 1, 2, 2].into_iter().enumerate() {
         one_apart.assign(ShardId(s as u32), hs[o].node.clone(), 1).unwrap();
     }
-    assert!(VersionAware.plan(&hs, &one_apart).is_empty(), "3/2/2: no move gains more than one");
+    assert!(VersionAware::unlimited().plan(&hs, &one_apart).is_empty(), "3/2/2: no move gains more than one");
 }
 
 #[test]
 fn rolling_update_moves_shards_to_new_version_only() {
     let old: Vec<Member> = hosts(3).into_iter().map(|m| m.with_version("1")).collect();
     let mut map = ShardMap::new(30).unwrap();
-    let first = VersionAware.plan(&old, &map);
+    let first = VersionAware::unlimited().plan(&old, &map);
     apply(&mut map, &first);
     // One old pod is replaced by a new-version pod: its shards are orphans and go to the new pod.
     let mut next = vec![old[0].clone(), old[1].clone(), host(9).with_version("2")];
-    let plan = VersionAware.plan(&next, &map);
+    let plan = VersionAware::unlimited().plan(&next, &map);
     assert_eq!(plan.moves.len(), 10);
     assert!(plan.moves.iter().all(|m| m.to == next[2].node));
     apply(&mut map, &plan);
     // Mixed versions: no rebalance.
-    assert!(VersionAware.plan(&next, &map).is_empty());
+    assert!(VersionAware::unlimited().plan(&next, &map).is_empty());
     // All new: rebalance resumes.
     next = next.into_iter().map(|m| m.with_version("2")).collect();
-    assert!(VersionAware.plan(&next, &map).is_empty(), "already balanced 10/10/10");
+    assert!(VersionAware::unlimited().plan(&next, &map).is_empty(), "already balanced 10/10/10");
 }
 
 #[test]
@@ -317,12 +317,160 @@ fn no_hosts_no_moves() {
     let map = ShardMap::new(8).unwrap();
     let strategies: Vec<Box<dyn AllocationStrategy>> = vec![
         Box::new(LeastShards::default()),
-        Box::new(VersionAware),
+        Box::new(VersionAware::default()),
         Box::new(ConsistentHash::default()),
-        Box::new(Ranges),
+        Box::new(Ranges::default()),
         Box::new(External::new([(ShardId(0), "n0")])),
     ];
     for s in strategies {
         assert!(s.plan(&[], &map).moves.is_empty(), "{}", s.name());
     }
+}
+
+fn arb_limit() -> impl Strategy<Value = RoundLimit> {
+    (0usize..12, 0.0f64..0.6).prop_map(|(absolute, relative)| RoundLimit { absolute, relative })
+}
+
+/// Shards whose owner is not one of the hosts (unallocated, or on a node that may not host).
+fn orphans(hosts: &[Member], map: &ShardMap) -> Vec<ShardId> {
+    map.iter()
+        .filter(|(_, slot)| slot.owner.as_ref().is_none_or(|o| !hosts.iter().any(|h| &h.node == o)))
+        .map(|(s, _)| s)
+        .collect()
+}
+
+fn limited(limit: RoundLimit) -> Vec<Box<dyn AllocationStrategy>> {
+    vec![
+        Box::new(LeastShards::with_limit(limit)),
+        Box::new(VersionAware { limit }),
+        Box::new(ConsistentHash { limit, ..ConsistentHash::default() }),
+        Box::new(Ranges { limit }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// Every balancing strategy moves at most its round limit of shards that have a live owner,
+    /// always places every orphan, and still gets where it is going, round after round.
+    #[test]
+    fn every_strategy_keeps_its_round_limit_and_converges((hs, map) in arb_case(), limit in arb_limit()) {
+        let budget = limit.per_round(map.num_shards() as usize);
+        let unlimited: Vec<Box<dyn AllocationStrategy>> = vec![
+            Box::new(LeastShards::unlimited()),
+            Box::new(VersionAware::unlimited()),
+            Box::new(ConsistentHash::default()),
+            Box::new(Ranges::default()),
+        ];
+        for (strategy, free) in limited(limit).into_iter().zip(unlimited) {
+            let mut m = map.clone();
+            for round in 0.. {
+                prop_assert!(round <= m.num_shards() as usize + 1, "{} did not converge", strategy.name());
+                let plan = strategy.plan(&hs, &m);
+                if plan.is_empty() {
+                    break;
+                }
+                check_common(&hs, &m, &plan)?;
+                let lost = orphans(&hs, &m);
+                let rebalanced = plan.moves.iter().filter(|mv| !lost.contains(&mv.shard)).count();
+                prop_assert!(rebalanced <= budget, "{}: {} moves over a limit of {}", strategy.name(), rebalanced, budget);
+                for s in &lost {
+                    prop_assert!(plan.moves.iter().any(|mv| mv.shard == *s), "{}: orphan {} not placed", strategy.name(), s);
+                }
+                apply(&mut m, &plan);
+            }
+            // Where the unlimited strategy gets in one go (hash and ranges: the same owners).
+            if matches!(strategy.name(), "consistent-hash" | "ranges") {
+                let mut target = map.clone();
+                apply(&mut target, &free.plan(&hs, &map));
+                prop_assert_eq!(counts(&hs, &m), counts(&hs, &target));
+            } else {
+                prop_assert!(free.plan(&hs, &m).is_empty(), "{} stopped short of balance", strategy.name());
+            }
+        }
+    }
+
+    /// During a rolling update, `LeastShards` gives shards to newest-version hosts only and
+    /// moves no shard away from a live host (Akka's rule).
+    #[test]
+    fn least_shards_prefers_the_newest_version_and_waits_while_mixed((hs, map) in arb_case(), newest in 0usize..10) {
+        let hs: Vec<Member> = hs
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| m.with_version(if i == newest % 10 { "1.10" } else { "1.9" }))
+            .collect();
+        let mixed = hs.iter().any(|m| m.app_version != hs[0].app_version);
+        let plan = LeastShards::unlimited().plan(&hs, &map);
+        check_common(&hs, &map, &plan)?;
+        let lost = orphans(&hs, &map);
+        let max = hs.iter().map(|m| m.app_version.clone()).max().unwrap();
+        if mixed {
+            prop_assert_eq!(plan.moves.len(), lost.len(), "every orphan placed, nothing rebalanced");
+            for mv in &plan.moves {
+                let to = hs.iter().find(|h| h.node == mv.to).unwrap();
+                prop_assert_eq!(&to.app_version, &max);
+            }
+        }
+    }
+}
+
+fn on(hs: &[Member], owners: &[usize]) -> ShardMap {
+    let mut map = ShardMap::new(owners.len() as u32).unwrap();
+    for (s, &o) in owners.iter().enumerate() {
+        map.assign(ShardId(s as u32), hs[o].node.clone(), 1).unwrap();
+    }
+    map
+}
+
+/// Akka's allocation spec: with versions 1, 1 and 2, a new shard goes to the version-2 region
+/// even though it has the most shards; once every region runs version 2, rebalancing resumes.
+#[test]
+fn least_shards_gives_new_shards_to_the_newest_version_like_akka() {
+    let hs = vec![host(0).with_version("1"), host(1).with_version("1"), host(2).with_version("2")];
+    let mut map = on(&hs, &[0, 1, 2, 2, 2, 2]);
+    map.unassign(ShardId(0)).unwrap();
+    let plan = LeastShards::default().plan(&hs, &map);
+    let to: Vec<&str> = plan.moves.iter().map(|m| &*m.to.name).collect();
+    assert_eq!(to, ["n2"], "only the orphan moves, to the newest version");
+    let all_new: Vec<Member> = hs.iter().map(|m| m.clone().with_version("2")).collect();
+    let plan = LeastShards::unlimited().plan(&all_new, &map);
+    assert!(plan.moves.iter().any(|m| m.from.as_ref() == Some(&hs[2].node)), "rebalances once versions agree");
+}
+
+/// Akka's limits: absolute 2 of 20 shards, relative 0.1 of 50 shards (5).
+#[test]
+fn least_shards_rebalance_limits_like_akka() {
+    let hs = hosts(3);
+    let map = on(&hs, &[0; 20]);
+    let plan = LeastShards::with_limit(RoundLimit { absolute: 2, relative: 1.0 }).plan(&hs, &map);
+    assert_eq!(plan.moves.len(), 2);
+    let map = on(&hs, &[0; 50]);
+    let plan = LeastShards::with_limit(RoundLimit { absolute: 0, relative: 0.1 }).plan(&hs, &map);
+    assert_eq!(plan.moves.len(), 5);
+}
+
+/// Shardcake's case from the issue: 300 shards on 20 pods, scaled to 25. Unlimited, one round
+/// starts every hand-off at once; with the default limit (a tenth: 30) the moves spread over
+/// rounds, and the pods still end up balanced.
+#[test]
+fn version_aware_scaling_20_to_25_pods_is_spread_over_rounds() {
+    let hs = hosts(25);
+    let owners: Vec<usize> = (0..300).map(|s| s % 20).collect();
+    let mut map = on(&hs, &owners);
+    let all_at_once = VersionAware::unlimited().plan(&hs, &map).moves.len();
+    assert!(all_at_once > 30, "the unlimited plan moves {all_at_once}");
+    let strategy = VersionAware::default();
+    let mut rounds = 0;
+    loop {
+        let plan = strategy.plan(&hs, &map);
+        if plan.is_empty() {
+            break;
+        }
+        assert!(plan.moves.len() <= 30, "round {rounds} moves {}", plan.moves.len());
+        apply(&mut map, &plan);
+        rounds += 1;
+    }
+    assert!(rounds >= 2);
+    let c = counts(&hs, &map);
+    assert!(c.iter().max().unwrap() - c.iter().min().unwrap() <= 1, "{c:?}");
 }

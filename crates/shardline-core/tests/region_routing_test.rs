@@ -68,6 +68,24 @@ fn own_shard_starts_and_delivers_locally() {
     assert_eq!(r.hosted(), vec![(ShardId(1), e(3))]);
 }
 
+/// A newer allocation of a shard to the node that hosts it raises the hosted epoch, and says so:
+/// the driver's entities must carry the new epoch as their fencing token.
+#[test]
+fn a_newer_epoch_for_a_hosted_shard_is_announced_to_the_driver() {
+    let mut r = region("a", 4);
+    r.handle_coordinator_message(0, &node("c"), homes(&[(1, "a", 3)]));
+    rdrain(&mut r);
+    r.handle_coordinator_message(1, &node("c"), homes(&[(1, "a", 5)]));
+    assert_eq!(rdrain(&mut r), vec![RegionCommand::RaiseEpoch { shard: ShardId(1), from: e(3), to: e(5) }]);
+    assert_eq!(r.hosted(), vec![(ShardId(1), e(5))]);
+    r.handle_send(2, ShardId(1), 9);
+    assert_eq!(rdrain(&mut r), vec![RegionCommand::Deliver { shard: ShardId(1), epoch: e(5), msg: 9 }]);
+    // The same epoch again, or an older one, changes nothing.
+    r.handle_coordinator_message(3, &node("c"), homes(&[(1, "a", 5)]));
+    r.handle_coordinator_message(3, &node("c"), homes(&[(1, "a", 4)]));
+    assert!(rdrain(&mut r).is_empty());
+}
+
 #[test]
 fn buffers_are_bounded() {
     let mut r = region("a", 4);

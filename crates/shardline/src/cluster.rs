@@ -165,6 +165,7 @@ impl ClusterBuilder {
             events,
             log,
             fenced: AtomicBool::new(false),
+            stopping_alone: AtomicBool::new(false),
             down_tx,
             down_rx,
         });
@@ -195,9 +196,16 @@ pub(crate) struct NodeInner {
     events: broadcast::Sender<(TypeKey, DomainEvent)>,
     log: Option<Mutex<std::fs::File>>,
     fenced: AtomicBool,
+    /// A leave found nobody to hand its shards to and stops them here (logged once).
+    stopping_alone: AtomicBool,
     down_tx: watch::Sender<Option<String>>,
     down_rx: watch::Receiver<Option<String>>,
 }
+
+/// How long a leaving node waits for a leader to coordinate its hand-offs before it stops its
+/// shards itself (a leader is normally there at once; none means every other member is
+/// unreachable or the store is down).
+const LEADERLESS_LEAVE: Duration = Duration::from_secs(5);
 
 /// A running node of the cluster. Cheap to clone.
 #[derive(Clone)]
@@ -324,6 +332,25 @@ impl Cluster {
         Ok(EntityHandle { region, _e: PhantomData })
     }
 
+    /// Registers an event-sourced type: its entities keep their state in `settings`' journal
+    /// (required), so it survives moves and crashes alike.
+    pub async fn register_event_sourced<T: crate::entity::EventSourced>(
+        &self,
+        settings: EntitySettings,
+        es: crate::entity::EventSourcedSettings,
+    ) -> Result<crate::entity::EventSourcedHandle<T>, ConfigError> {
+        if settings.journal.is_none() {
+            return Err(ConfigError::Invalid {
+                name: "journal",
+                reason: format!("event-sourced type {} needs EntitySettings::journal", settings.type_key),
+            });
+        }
+        let mut settings = settings;
+        settings.persistence.event_sourced = es;
+        let inner = self.register::<crate::entity::Persistent<T>>(settings).await?;
+        Ok(crate::entity::EventSourcedHandle { inner, _t: PhantomData })
+    }
+
     /// The handle of a registered type.
     pub fn handle<E: Entity>(&self) -> Option<EntityHandle<E>> {
         let any = self.inner.typed.read().unwrap_or_else(|e| e.into_inner()).get(&TypeId::of::<E>()).cloned()?;
@@ -410,15 +437,45 @@ impl Cluster {
         info!(node = %self.inner.me, "leaving the cluster");
         self.inner.control.leave();
         let deadline = Instant::now() + timeout;
+        let mut leaderless_since: Option<Instant> = None;
         loop {
-            let hosted: usize = self.regions().iter().map(|r| r.hosted().len()).sum();
-            if hosted == 0 {
+            let regions = self.regions();
+            let hosting: Vec<_> = regions.into_iter().filter(|r| !r.hosted().is_empty()).collect();
+            if hosting.is_empty() {
                 break;
             }
             if Instant::now() > deadline {
                 return Err(Error::Timeout(timeout));
             }
+            // Nowhere to hand shards to: no other member may host them, or nobody has coordinated
+            // a hand-off for a while (every other member is unreachable). Stopping here is safe:
+            // nobody else may host a shard of this node before it hands it off or is gone.
+            let v = self.view();
+            leaderless_since = match v.leader {
+                Some(_) => None,
+                None => leaderless_since.or(Some(Instant::now())),
+            };
+            let leaderless = leaderless_since.is_some_and(|t| t.elapsed() >= LEADERLESS_LEAVE);
+            // Entity types are not restricted to roles: any member that may host can take over.
+            if leaderless || !v.view.has_successor(&self.inner.me, None) {
+                for r in hosting {
+                    if !self.inner.stopping_alone.swap(true, Ordering::AcqRel) {
+                        warn!(
+                            node = %self.inner.me,
+                            reason = if leaderless { "no leader to hand off to" } else { "no other member may host" },
+                            "leaving without hand-off: stopping this node's shards here"
+                        );
+                    }
+                    r.stop_all();
+                }
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if self.inner.stopping_alone.load(Ordering::Acquire) {
+            // Messages for this node's shards that arrived while they stopped have nowhere to go.
+            for r in self.regions() {
+                r.fail_buffered("the node left and no other member could take its shards");
+            }
         }
         for r in self.regions() {
             r.flush_all();
@@ -431,6 +488,8 @@ impl Cluster {
         tokio::time::sleep(Duration::from_millis(600)).await;
         for r in self.regions() {
             r.fail_buffered("node left the cluster");
+            // Refuse what callers still send here, as not processed, instead of buffering it.
+            r.on_fenced();
         }
         for (_, c) in self.inner.coordinators.lock().unwrap_or_else(|e| e.into_inner()).drain() {
             c.stop();
@@ -519,6 +578,31 @@ impl Inbound for Dispatcher {
         }
     }
 
+    fn on_unsendable(&self, peer: &NodeId, frame: Frame, error: crate::TransportError) {
+        let Some(inner) = self.0.upgrade() else { return };
+        let cluster = Cluster { inner };
+        match frame {
+            // Never written, so never processed: the asker may resend (a smaller message).
+            Frame::Region { msg: shardline_core::RegionMessage::Forward { msg, .. }, .. }
+            | Frame::Region { msg: shardline_core::RegionMessage::Bounce { msg, .. }, .. } => {
+                if let Some(addr) = msg.reply {
+                    let err = Error::Rejected(format!("message to {} cannot be sent: {error}", msg.entity));
+                    let _ =
+                        cluster.transport().send(&addr.node, Frame::Reply { req_id: addr.req_id, result: Err(err) });
+                } else {
+                    warn!(peer = %peer, entity = %msg.entity, %error, "a told message cannot be sent: dropped");
+                }
+            }
+            // The entity ran: its asker learns that the reply, not the message, was lost.
+            Frame::Reply { req_id, result: Ok(_) } => {
+                let err = Error::ReplyLost(format!("the reply cannot be sent: {error}"));
+                let _ = cluster.transport().send(peer, Frame::Reply { req_id, result: Err(err) });
+            }
+            // Protocol frames are repeated on timers; the writer logged and counted this one.
+            _ => {}
+        }
+    }
+
     fn on_undeliverable(&self, peer: &NodeId, frame: Frame) {
         let Some(inner) = self.0.upgrade() else { return };
         let cluster = Cluster { inner };
@@ -566,9 +650,25 @@ impl<E: Entity> EntityHandle<E> {
         EntityRef { region: self.region.clone(), id: EntityId::new(id) }
     }
 
+    /// The type's default ask timeout.
+    pub fn ask_timeout(&self) -> Duration {
+        self.region.ask_timeout()
+    }
+
+    /// The shard entity `id` belongs to.
+    pub fn shard_of(&self, id: impl AsRef<str>) -> ShardId {
+        self.region.shard_of(id.as_ref())
+    }
+
     /// The owner of every shard as this node's region knows it (None: unknown).
     pub fn shard_homes(&self) -> Vec<Option<NodeId>> {
         self.region.homes()
+    }
+
+    /// Shards hosted on this node, with the epoch each is hosted at (the fencing token its
+    /// entities carry).
+    pub fn hosted_epochs(&self) -> Vec<(ShardId, Epoch)> {
+        self.region.hosted()
     }
 
     /// Shards hosted on this node.
@@ -619,7 +719,8 @@ impl<E: Entity> EntityRef<E> {
         self.region.send(self.id.clone(), Body::Typed { msg, reply: Some(tx) })?;
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(r)) => r,
-            Ok(Err(_)) => Err(Error::Unavailable("the reply was dropped".into())),
+            // Nobody will answer: the entity panicked or its task was torn down mid-message.
+            Ok(Err(_)) => Err(Error::OutcomeUnknown("the ask ended without a reply".into())),
             Err(_) => Err(Error::Timeout(timeout)),
         }
     }

@@ -2,22 +2,76 @@
 
 use std::time::Duration;
 
-/// Why an `ask` or `tell` failed. A failed ask may or may not have been processed, except for
-/// `Overloaded` and `Rejected`, which were not.
+/// Why an `ask` or `tell` failed, and whether the message was processed.
+///
+/// What a caller may do next depends on [`Error::processed`]:
+///
+/// | variant | processed? | resend? |
+/// |---|---|---|
+/// | [`Unavailable`](Error::Unavailable), [`Overloaded`](Error::Overloaded), [`Rejected`](Error::Rejected) | no | yes, it cannot run twice |
+/// | [`ReplyLost`](Error::ReplyLost) | yes | no: it ran, only the answer is gone |
+/// | [`Timeout`](Error::Timeout), [`OutcomeUnknown`](Error::OutcomeUnknown) | maybe | only if the message is idempotent |
+///
+/// ```
+/// use shardline::{Error, Processed};
+///
+/// let e = Error::Overloaded("mailbox full".into());
+/// assert_eq!(e.processed(), Processed::No);
+/// assert!(e.is_safe_to_retry());
+/// assert!(!Error::ReplyLost("cannot decode reply".into()).is_safe_to_retry());
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum Error {
-    /// No reply within the timeout.
+    /// No reply within the timeout. The message may or may not have been processed.
     #[error("no reply within {0:?}")]
     Timeout(Duration),
-    /// The cluster cannot route the message now (no home, node fenced or shutting down).
+    /// Not processed: the cluster cannot route the message now (no home, node fenced, leaving
+    /// or shut down).
     #[error("unavailable: {0}")]
     Unavailable(String),
-    /// A buffer or mailbox on the way is full.
+    /// Not processed: a buffer, queue or mailbox on the way is full.
     #[error("overloaded: {0}")]
     Overloaded(String),
-    /// The message was refused (it cannot be decoded, or the entity type is unknown).
+    /// Not processed: the message was refused before its entity saw it (it cannot be encoded or
+    /// decoded, the entity type is unknown there, or the node's lease ran out).
     #[error("rejected: {0}")]
     Rejected(String),
+    /// Processed, but its reply was lost: it could not be encoded or decoded. Resending would
+    /// process the message a second time.
+    #[error("processed, but the reply was lost: {0}")]
+    ReplyLost(String),
+    /// The ask ended without an answer, for example because the entity panicked while handling
+    /// it. The message may or may not have been processed.
+    #[error("outcome unknown: {0}")]
+    OutcomeUnknown(String),
+}
+
+/// Whether a failed message was processed by its entity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Processed {
+    /// It was not: resending is safe.
+    No,
+    /// It was; only the reply is missing.
+    Yes,
+    /// It may have been.
+    Maybe,
+}
+
+impl Error {
+    /// Whether the message was processed; see the [table](Error).
+    pub fn processed(&self) -> Processed {
+        match self {
+            Error::Unavailable(_) | Error::Overloaded(_) | Error::Rejected(_) => Processed::No,
+            Error::ReplyLost(_) => Processed::Yes,
+            Error::Timeout(_) | Error::OutcomeUnknown(_) => Processed::Maybe,
+        }
+    }
+
+    /// True when the message was certainly not processed, so sending it again cannot process it
+    /// twice.
+    pub fn is_safe_to_retry(&self) -> bool {
+        self.processed() == Processed::No
+    }
 }
 
 /// Problems with a connection between nodes. The connection is closed; the node keeps running.
@@ -37,6 +91,9 @@ pub enum TransportError {
     /// A frame could not be decoded (garbage or a message kind this version does not know).
     #[error("undecodable frame: {0}")]
     Decode(String),
+    /// A frame could not be encoded; it was not sent.
+    #[error("unencodable frame: {0}")]
+    Encode(String),
     /// The peer speaks another protocol version.
     #[error("protocol version mismatch: ours {ours}, theirs {theirs}")]
     ProtocolMismatch {

@@ -36,13 +36,16 @@
 mod cluster;
 pub mod entity;
 mod error;
+pub mod journal;
 pub mod membership;
 pub(crate) mod sharding;
 pub mod transport;
 
 pub use cluster::{Cluster, ClusterBuilder, EntityHandle, EntityRef};
-pub use entity::{Entity, EntityContext, EntitySettings, StrategyKind};
-pub use error::{ConfigError, Error, TransportError};
+pub use entity::{
+    Entity, EntityContext, EntitySettings, EventSourced, EventSourcedHandle, EventSourcedSettings, StrategyKind,
+};
+pub use error::{ConfigError, Error, Processed, TransportError};
 pub use membership::{ClusterView, MembershipProvider, Seeds, SeedsConfig};
-pub use shardline_core::{EntityId, NodeId, ShardId};
+pub use shardline_core::{EntityId, Epoch, NodeId, ShardId};
 pub use transport::TransportConfig;

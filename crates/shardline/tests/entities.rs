@@ -91,3 +91,58 @@ async fn registration_errors_are_typed() {
     let bad = Cluster::builder().bind("not-an-address").build().await;
     assert!(matches!(bad, Err(shardline::ConfigError::Bind { .. })));
 }
+
+/// Answers with the epoch its context carries.
+struct EpochProbe;
+
+impl shardline::Entity for EpochProbe {
+    type Message = ();
+    type Reply = shardline::Epoch;
+
+    fn new(_id: &shardline::EntityId) -> Self {
+        EpochProbe
+    }
+
+    async fn handle(&mut self, ctx: &mut shardline::EntityContext, _msg: ()) -> shardline::Epoch {
+        ctx.epoch()
+    }
+}
+
+/// The epoch an entity sees is the one its node hosts the shard at, after the shard moved away
+/// and came back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entity_sees_the_epoch_its_node_hosts_the_shard_at() {
+    use shardline::{EntityHandle, Seeds};
+    logs();
+    async fn probe(h: &EntityHandle<EpochProbe>, id: &str) -> shardline::Epoch {
+        let epoch = h.entity_ref(id).ask(()).await.expect("answers");
+        let hosted = h.hosted_epochs().into_iter().find(|(s, _)| *s == h.shard_of(id)).map(|(_, e)| e);
+        assert_eq!(Some(epoch), hosted, "{id}: the entity's epoch is the hosted one");
+        epoch
+    }
+    let settings = || EntitySettings::new("probe").shards(8);
+    let a = Cluster::builder().cluster_name("epochs").node_name("a").build().await.unwrap();
+    let ha = a.register::<EpochProbe>(settings()).await.unwrap();
+    let ids: Vec<String> = (0..32).map(|i| format!("p{i}")).collect();
+    let mut first = Vec::new();
+    for id in &ids {
+        first.push(probe(&ha, id).await);
+    }
+    let b = Cluster::builder()
+        .cluster_name("epochs")
+        .node_name("b")
+        .membership(Seeds::new([a.local_addr().to_string()]))
+        .build()
+        .await
+        .unwrap();
+    let hb = b.register::<EpochProbe>(settings()).await.unwrap();
+    let hb2 = hb.clone();
+    eventually("b hosts shards", Duration::from_secs(30), move || hb2.hosted_shards().len() >= 3).await;
+    let on_b = hb.hosted_shards();
+    let (i, moved) = ids.iter().enumerate().find(|(_, id)| on_b.contains(&hb.shard_of(id))).expect("an id on b");
+    let away = probe(&hb, moved).await;
+    assert!(away > first[i], "moving to b raised the epoch: {:?} then {away:?}", first[i]);
+    b.leave_within(Duration::from_secs(30)).await.expect("b leaves");
+    let back = probe(&ha, moved).await;
+    assert!(back > away, "moving back raised it again: {away:?} then {back:?}");
+}

@@ -251,3 +251,24 @@ async fn a_leader_that_cannot_renew_its_key_steps_down_before_the_key_expires() 
     all_homed(&ha).await;
     ha.entity_ref("after").ask(Cmd::Append(1)).await.unwrap();
 }
+
+/// An unreadable term counter in the store is never read as 0 (terms would repeat): no node
+/// takes a term from it, so nobody leads and nothing is allocated, until it is readable again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_term_counter_is_never_taken_as_zero() {
+    use shardline::membership::lease::CoordinationStore;
+    let store = InMemoryStore::new();
+    let key = "leases/term";
+    store.compare_and_put(key, vec![0xff; 11], 0).await.unwrap().expect("garbage written");
+    let (a, _ha) = lease_node("a", &store).await;
+    // Several renewal rounds (TTL/3 each): a node that read the garbage as 0 would lead with term 1.
+    tokio::time::sleep(config().ttl * 3).await;
+    assert_eq!(a.view().leader, None, "nobody leads from an unreadable counter");
+    let current = store.get(key).await.unwrap().expect("counter still there");
+    assert_eq!(current.value, vec![0xff; 11], "the counter was not overwritten");
+    // Repaired (term 41 was the last): the next leader takes 42.
+    let term = postcard::to_allocvec(&41u64).unwrap();
+    store.compare_and_put(key, term, current.revision).await.unwrap().expect("repaired");
+    eventually("a leads", Duration::from_secs(20), || a.view().leader.is_some()).await;
+    assert_eq!(a.view().leader.map(|(_, t)| t), Some(42));
+}

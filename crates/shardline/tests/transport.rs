@@ -103,6 +103,9 @@ impl shardline::transport::Inbound for Recorder {
     fn on_undeliverable(&self, peer: &NodeId, _: Frame) {
         self.0.lock().unwrap().push(format!("undeliverable {peer}"));
     }
+    fn on_unsendable(&self, peer: &NodeId, _: Frame, _: shardline::TransportError) {
+        self.0.lock().unwrap().push(format!("unsendable {peer}"));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -145,4 +148,52 @@ async fn forgetting_a_peer_reports_its_link_down() {
     t.forget(&ghost);
     assert_eq!(*rec.0.lock().unwrap(), vec![format!("down {ghost}")]);
     assert!(matches!(t.send(&ghost, Frame::Refuse { reason: "late".into() }), Err(SendError::NoRoute(_))));
+}
+
+/// A send queue of 4 frames to the peer overflows all the time under a burst of tells. A
+/// forwarded message that finds the queue full goes back into its region's buffer and is sent
+/// again later (it used to be dropped, silently for a tell): every value arrives, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_send_queue_loses_no_told_message() {
+    use shardline::{Cluster, Seeds, TransportConfig};
+    logs();
+    let tiny = TransportConfig { send_queue: 4, ..TransportConfig::new("jam") };
+    let a = Cluster::builder().cluster_name("jam").node_name("a").transport(tiny).build().await.unwrap();
+    let ha = a.register::<Log>(settings()).await.unwrap();
+    let b = Cluster::builder()
+        .cluster_name("jam")
+        .node_name("b")
+        .membership(Seeds::new([a.local_addr().to_string()]))
+        .build()
+        .await
+        .unwrap();
+    let hb = b.register::<Log>(settings()).await.unwrap();
+    let hb2 = hb.clone();
+    eventually("b hosts shards", Duration::from_secs(30), move || hb2.hosted_shards().len() >= 8).await;
+    all_homed(&ha).await;
+    let on_b = hb.hosted_shards();
+    let ids: Vec<String> =
+        (0..).map(|i| format!("j{i}")).filter(|id| on_b.contains(&ha.shard_of(id))).take(8).collect();
+    for id in &ids {
+        ha.entity_ref(id).ask(Cmd::Get).await.unwrap();
+    }
+    // One sender per entity, all at once, so that the writer falls behind.
+    let senders: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let e = ha.entity_ref(id);
+            tokio::spawn(async move {
+                for v in 0..2_000u64 {
+                    e.tell(Cmd::Append(v)).expect("buffered or sent, never refused here");
+                }
+            })
+        })
+        .collect();
+    for s in senders {
+        s.await.unwrap();
+    }
+    let want: Vec<u64> = (0..2_000).collect();
+    for id in &ids {
+        assert_eq!(ha.entity_ref(id).ask(Cmd::Get).await.unwrap(), want, "{id}");
+    }
 }

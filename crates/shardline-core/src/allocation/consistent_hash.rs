@@ -7,21 +7,24 @@
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use super::{moves_to, AllocationStrategy, Plan};
+use super::{moves_to, AllocationStrategy, Plan, RoundLimit};
 use crate::id::NodeId;
 use crate::membership::Member;
 use crate::shard_map::ShardMap;
 
 /// Consistent hashing with weighted virtual nodes.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ConsistentHash {
     /// Virtual nodes per unit of weight (default 150).
     pub vnodes_per_weight: u32,
+    /// Most allocated shards moved per round (default: no limit; a membership change moves
+    /// close to the minimum anyway).
+    pub limit: RoundLimit,
 }
 
 impl Default for ConsistentHash {
     fn default() -> Self {
-        ConsistentHash { vnodes_per_weight: 150 }
+        ConsistentHash { vnodes_per_weight: 150, limit: RoundLimit::UNLIMITED }
     }
 }
 
@@ -60,6 +63,7 @@ impl AllocationStrategy for ConsistentHash {
 
     fn plan(&self, hosts: &[Member], map: &ShardMap) -> Plan {
         let owners = self.owners(hosts, map.num_shards());
-        Plan { moves: moves_to(map, |s| owners.get(s.index()).cloned()), rejected: Vec::new() }
+        let moves = moves_to(map, |s| owners.get(s.index()).cloned());
+        Plan { moves: self.limit.apply(moves, hosts, map.num_shards() as usize), rejected: Vec::new() }
     }
 }

@@ -1,47 +1,54 @@
 //! `LeastShards`: new shards go to the host with the fewest; rebalancing moves shards from the
-//! fullest hosts to the emptiest, a bounded number per round (Akka's strategy).
+//! fullest hosts to the emptiest, a bounded number per round (Akka's strategy). Like Akka's, it
+//! prefers the newest application version: while hosts run different versions (a rolling
+//! update), new shards go only to newest-version hosts and nothing is rebalanced, so no shard is
+//! handed to a pod that is about to stop.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::{AllocationStrategy, Loads, Move, Plan};
-use crate::membership::Member;
+use super::{AllocationStrategy, Loads, Move, Plan, RoundLimit};
+use crate::membership::{AppVersion, Member};
 use crate::shard_map::ShardMap;
 
 /// Balances the number of shards per host.
 ///
 /// Unallocated shards are always all placed. Rebalancing moves at most
-/// `min(absolute_limit, max(1, ceil(relative_limit × num_shards)))` allocated shards per plan,
-/// so a big change spreads over several rounds; applied round after round, the plans reach
-/// `max − min ≤ 1` with the least number of moves that can get there.
-#[derive(Clone, Debug, PartialEq)]
+/// [`limit.per_round`](RoundLimit::per_round) allocated shards per plan, so a big change
+/// spreads over several rounds; applied round after round, the plans reach `max − min ≤ 1`
+/// with the least number of moves that can get there. While versions are mixed, unallocated
+/// shards go to the least loaded newest-version hosts and nothing is rebalanced.
+#[derive(Clone, Debug, PartialEq, Default)]
 pub struct LeastShards {
-    /// Most allocated shards moved per round (0: no absolute limit).
-    pub absolute_limit: usize,
-    /// Most allocated shards moved per round as a fraction of all shards.
-    pub relative_limit: f64,
-}
-
-impl Default for LeastShards {
-    fn default() -> Self {
-        LeastShards { absolute_limit: 100, relative_limit: 0.1 }
-    }
+    /// Most allocated shards moved per round.
+    pub limit: RoundLimit,
 }
 
 impl LeastShards {
     /// No per-round limit: one plan reaches balance.
     pub fn unlimited() -> Self {
-        LeastShards { absolute_limit: 0, relative_limit: 1.0 }
+        LeastShards { limit: RoundLimit::UNLIMITED }
     }
 
-    fn round_limit(&self, num_shards: usize) -> usize {
-        let relative = ((self.relative_limit.max(0.0) * num_shards as f64).ceil() as usize).max(1);
-        if self.absolute_limit == 0 {
-            relative
-        } else {
-            relative.min(self.absolute_limit)
-        }
+    /// With a per-round limit.
+    pub fn with_limit(limit: RoundLimit) -> Self {
+        LeastShards { limit }
     }
+}
+
+/// During a rolling update: each unallocated shard goes to the newest-version host with the
+/// fewest shards; allocated shards stay where they are.
+fn place_on_newest(hosts: &[Member], map: &ShardMap, newest: &AppVersion) -> Plan {
+    let loads = Loads::new(hosts, map);
+    let mut least: BinaryHeap<Reverse<(usize, usize)>> =
+        (0..hosts.len()).filter(|&i| &hosts[i].app_version == newest).map(|i| Reverse((loads.count(i), i))).collect();
+    let mut moves = Vec::new();
+    for &shard in &loads.orphans {
+        let Some(Reverse((count, i))) = least.pop() else { break };
+        moves.push(Move { shard, from: map.owner(shard).cloned(), to: loads.hosts[i].clone() });
+        least.push(Reverse((count + 1, i)));
+    }
+    Plan { moves, rejected: Vec::new() }
 }
 
 /// Per-host target counts reaching `max − min ≤ 1` with the fewest moves: every host gets
@@ -64,8 +71,11 @@ impl AllocationStrategy for LeastShards {
     }
 
     fn plan(&self, hosts: &[Member], map: &ShardMap) -> Plan {
-        if hosts.is_empty() {
+        let Some(newest) = hosts.iter().map(|m| &m.app_version).max() else {
             return Plan::default();
+        };
+        if hosts.iter().any(|m| &m.app_version != newest) {
+            return place_on_newest(hosts, map, newest);
         }
         let loads = Loads::new(hosts, map);
         let n = hosts.len();
@@ -93,7 +103,7 @@ impl AllocationStrategy for LeastShards {
         }
 
         // Rebalance: from the fullest hosts above target, their highest shards first.
-        let mut budget = self.round_limit(map.num_shards() as usize);
+        let mut budget = self.limit.per_round(map.num_shards() as usize);
         let mut givers: Vec<usize> = (0..n).filter(|&i| counts[i] > targets[i]).collect();
         givers.sort_by_key(|&i| (Reverse(counts[i]), i));
         'give: for g in givers {

@@ -84,6 +84,68 @@ impl Plan {
     }
 }
 
+/// How many allocated shards one plan may move, as Akka's `rebalance-absolute-limit` and
+/// `rebalance-relative-limit` (Shardcake's `rebalanceRate`): a big membership change (scaling
+/// 20 → 25 pods) spreads over rounds instead of starting every hand-off at once. Shards without a
+/// live owner are always all placed: the limit bounds rebalancing, never availability.
+///
+/// ```
+/// use shardline_core::RoundLimit;
+///
+/// let limit = RoundLimit { absolute: 20, relative: 0.1 };
+/// assert_eq!(limit.per_round(1_000), 20); // 10 % would be 100
+/// assert_eq!(limit.per_round(50), 5);
+/// assert_eq!(limit.per_round(3), 1); // at least one, or nothing would ever move
+/// assert_eq!(RoundLimit::UNLIMITED.per_round(1_000), 1_000);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RoundLimit {
+    /// Most allocated shards moved per round (0: no absolute limit).
+    pub absolute: usize,
+    /// Most allocated shards moved per round, as a fraction of all shards.
+    pub relative: f64,
+}
+
+impl RoundLimit {
+    /// No limit: one plan reaches the strategy's target.
+    pub const UNLIMITED: RoundLimit = RoundLimit { absolute: 0, relative: 1.0 };
+
+    /// Moves allowed per round for `num_shards` shards (at least 1).
+    pub fn per_round(&self, num_shards: usize) -> usize {
+        let relative = ((self.relative.max(0.0) * num_shards as f64).ceil() as usize).max(1);
+        if self.absolute == 0 {
+            relative
+        } else {
+            relative.min(self.absolute)
+        }
+    }
+
+    /// Keeps every move of a shard without a live owner (not on one of `hosts`) and, in order,
+    /// at most [`per_round`](Self::per_round) of the others.
+    pub(crate) fn apply(&self, moves: Vec<Move>, hosts: &[Member], num_shards: usize) -> Vec<Move> {
+        let mut budget = self.per_round(num_shards);
+        moves
+            .into_iter()
+            .filter(|m| {
+                let orphan = m.from.as_ref().is_none_or(|f| !hosts.iter().any(|h| &h.node == f));
+                if orphan {
+                    return true;
+                }
+                let keep = budget > 0;
+                budget = budget.saturating_sub(1);
+                keep
+            })
+            .collect()
+    }
+}
+
+impl Default for RoundLimit {
+    /// 100 shards or a tenth of them, whichever is fewer.
+    fn default() -> Self {
+        RoundLimit { absolute: 100, relative: 0.1 }
+    }
+}
+
 /// Decides where shards go. Implementations are pure and deterministic.
 pub trait AllocationStrategy: fmt::Debug + Send + Sync {
     /// A short name for logs and metrics.

@@ -3,14 +3,24 @@
 //! contiguous range each, of `⌊S / n⌋` or `⌈S / n⌉` shards. Every node can compute the map from
 //! the member list alone.
 
-use super::{moves_to, AllocationStrategy, Plan};
+use super::{moves_to, AllocationStrategy, Plan, RoundLimit};
 use crate::id::{NodeId, ShardId};
 use crate::membership::Member;
 use crate::shard_map::ShardMap;
 
 /// Contiguous shard ranges over the ordered member list.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Ranges;
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ranges {
+    /// Most allocated shards moved per round (default: no limit, so that one plan puts every
+    /// shard where every node computes it should be).
+    pub limit: RoundLimit,
+}
+
+impl Default for Ranges {
+    fn default() -> Self {
+        Ranges { limit: RoundLimit::UNLIMITED }
+    }
+}
 
 impl Ranges {
     /// Owner of `shard` among `hosts` for `num_shards` shards (None without hosts).
@@ -47,6 +57,6 @@ impl AllocationStrategy for Ranges {
             let i = Self::index(shard, ordered.len(), map.num_shards())?;
             ordered.get(i).map(|m| m.node.clone())
         });
-        Plan { moves, rejected: Vec::new() }
+        Plan { moves: self.limit.apply(moves, hosts, map.num_shards() as usize), rejected: Vec::new() }
     }
 }

@@ -9,18 +9,30 @@
 //! 4. Each goes to the host with the fewest shards among those running the newest version,
 //!    unless that is its current host, or that host has only one shard fewer (or more) than the
 //!    current host: a move that gains one shard is not worth it.
+//! 5. At most [`RoundLimit::per_round`] shards that have a live owner move per plan (Shardcake's
+//!    `rebalanceRate`); unallocated shards are all placed.
 
 use std::cmp::Reverse;
 use std::collections::BTreeSet;
 
-use super::{AllocationStrategy, Loads, Move, Plan};
+use super::{AllocationStrategy, Loads, Move, Plan, RoundLimit};
 use crate::membership::Member;
 use crate::shard_map::ShardMap;
 
 /// Balances shards, placing them on newest-version hosts only and not rebalancing while versions
 /// are mixed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct VersionAware;
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct VersionAware {
+    /// Most allocated shards moved per round.
+    pub limit: RoundLimit,
+}
+
+impl VersionAware {
+    /// No per-round limit: one plan reaches the rule's balance.
+    pub fn unlimited() -> Self {
+        VersionAware { limit: RoundLimit::UNLIMITED }
+    }
+}
 
 impl AllocationStrategy for VersionAware {
     fn name(&self) -> &'static str {
@@ -56,12 +68,17 @@ impl AllocationStrategy for VersionAware {
         let newest_only = |i: &usize| &hosts[*i].app_version == newest;
         let mut eligible: BTreeSet<(usize, usize)> = (0..n).filter(newest_only).map(|i| (counts[i], i)).collect();
         let mut moves = Vec::new();
+        let mut budget = self.limit.per_round(map.num_shards() as usize);
         for (shard, current) in todo {
             let Some(&(least_count, least)) = eligible.first() else { break };
             if let Some(c) = current {
                 if c == least || least_count + 1 >= counts[c] {
                     continue;
                 }
+                if budget == 0 {
+                    break;
+                }
+                budget -= 1;
                 if eligible.remove(&(counts[c], c)) {
                     eligible.insert((counts[c] - 1, c));
                 }

@@ -248,13 +248,29 @@ impl CoordinatorEngine {
 
     /// This node lost leadership: the coordinator stops at once and ignores every later input.
     pub fn handle_leadership_lost(&mut self, _now: u64) {
+        if self.stop() {
+            self.emit(DomainEvent::LeadershipLost { node: self.node.clone(), term: self.term });
+        }
+    }
+
+    /// Writing the shard map was refused: a coordinator of the newer term `by` wrote it, so
+    /// another leader runs. This one steps down at once, whatever the membership still says,
+    /// and ignores every later input (its membership provider will catch up).
+    pub fn handle_map_write_refused(&mut self, _now: u64, by: Term) {
+        if by > self.term && self.stop() {
+            self.emit(DomainEvent::Deposed { node: self.node.clone(), term: self.term, by });
+        }
+    }
+
+    /// Stops coordinating; false when already stopped.
+    fn stop(&mut self) -> bool {
         if self.stopped {
-            return;
+            return false;
         }
         self.stopped = true;
         self.hand_offs.clear();
         self.commands.clear();
-        self.emit(DomainEvent::LeadershipLost { node: self.node.clone(), term: self.term });
+        true
     }
 
     /// Replaces the allocation strategy (e.g. new external assignments) and plans at once.

@@ -52,6 +52,16 @@ pub enum RegionCommand<M> {
         /// State handed over by the previous owner.
         handover: Option<Vec<u8>>,
     },
+    /// `shard` stays hosted here, at the newer epoch `to` (a newer coordinator allocated it
+    /// here again). From now on its entities carry `to` as their fencing token.
+    RaiseEpoch {
+        /// The shard.
+        shard: ShardId,
+        /// The epoch it was hosted at.
+        from: Epoch,
+        /// The epoch it is hosted at now.
+        to: Epoch,
+    },
     /// Stop every entity of `shard`, then call
     /// [`RegionEngine::handle_shard_stopped`](crate::RegionEngine::handle_shard_stopped).
     /// Without `fenced`, messages already delivered are processed first; with it, the node lost

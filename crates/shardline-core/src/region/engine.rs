@@ -289,6 +289,29 @@ impl<M> RegionEngine<M> {
         }
     }
 
+    /// The queue towards `to` was full, so `msg` was not sent: it goes back into the buffer at
+    /// its place, and the shard drains `to` before it sends anything again. The drain's marker
+    /// is answered once `to` has handled everything sent before it, which paces the sender to
+    /// what the peer can take, and the next forward starts a new stream, so nothing sent after
+    /// the marker can overtake the message taken back.
+    pub fn handle_send_queue_full(&mut self, now: u64, to: &NodeId, msg: RegionMessage<M>) {
+        match msg {
+            RegionMessage::Forward { shard, seq, msg, .. } => {
+                let Some(s) = self.shards.get_mut(shard.index()) else { return };
+                s.reinsert(seq, msg);
+                s.stream_open = false;
+                self.buffered += 1;
+                if s.draining.is_none() {
+                    s.dirty = None;
+                    self.start_drain(shard, to.clone());
+                }
+            }
+            // Only forwards are ever refused for a full queue (the driver waits for room for the
+            // rest); anything else is handled as undeliverable.
+            other => self.handle_undeliverable(now, to, other),
+        }
+    }
+
     /// The connection to `peer` broke: a drain marker in flight on it is lost, so each drain
     /// towards `peer` starts again with a new marker. That marker comes back (undeliverable) or
     /// is answered only after every earlier message to `peer` has come back or arrived, which a
@@ -386,6 +409,21 @@ impl<M> RegionEngine<M> {
             let term = self.term;
             self.send_coordinator(ToCoordinator::ShardStopped { term, shard, epoch, handover });
             self.pump(now, shard);
+        }
+    }
+
+    /// This node leaves and no other member can take its shards (it is the last one, or every
+    /// other is gone): stop every hosted shard without a hand-off. Unlike
+    /// [`handle_fenced`](Self::handle_fenced) the stop is graceful: messages already delivered
+    /// are processed and the entities' stop hooks run. Messages that arrive meanwhile wait in the
+    /// buffer, which the leaving node fails as not processed. Each shard is then stopped at its
+    /// epoch: this node never hosts it at that epoch again.
+    pub fn handle_stop_all(&mut self, _now: u64) {
+        for (i, s) in self.shards.iter_mut().enumerate() {
+            if let Hosted::Active(epoch) = s.hosted {
+                s.hosted = Hosted::Stopping(epoch);
+                self.commands.push_back(RegionCommand::StopShard { shard: ShardId(i as u32), epoch, fenced: false });
+            }
         }
     }
 
@@ -580,7 +618,10 @@ impl<M> RegionEngine<M> {
                 s.stopped_at = s.stopped_at.max(e);
                 self.commands.push_back(RegionCommand::StopShard { shard, epoch: e, fenced: true });
             }
-            Hosted::Active(e) if e < home.epoch => s.hosted = Hosted::Active(home.epoch),
+            Hosted::Active(e) if e < home.epoch => {
+                s.hosted = Hosted::Active(home.epoch);
+                self.commands.push_back(RegionCommand::RaiseEpoch { shard, from: e, to: home.epoch });
+            }
             Hosted::No if home.owner == me => {
                 s.hosted = Hosted::Active(home.epoch);
                 let handover = s.handover_in.take().filter(|(e, _)| *e == home.epoch).map(|(_, d)| d);

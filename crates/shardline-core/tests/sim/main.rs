@@ -28,18 +28,27 @@ fn schedules() -> u64 {
     std::env::var("SHARDLINE_SIM_SCHEDULES").ok().and_then(|s| s.parse().ok()).unwrap_or(300)
 }
 
-fn run_one(p: Params, verbose: bool) -> (Vec<String>, u64, usize, u64) {
+/// Violations, trace hash, messages sent, steps, and coordinators deposed by a refused write.
+fn run_one(p: Params, verbose: bool) -> (Vec<String>, u64, usize, u64, u64) {
     let mut w = World::new(p);
     w.verbose = verbose;
     let (v, w) = w.run();
     use std::hash::Hasher;
-    (v, w.trace.finish(), w.ledger.total(), w.steps)
+    (v, w.trace.finish(), w.ledger.total(), w.steps, w.deposed)
 }
 
-/// Runs `count` schedules from `first_seed` on two threads; returns the failing seeds.
-fn run_many(first_seed: u64, count: u64, tweak: fn(&mut Params)) -> (Vec<(u64, String)>, usize) {
+/// What a batch of schedules found.
+struct Batch {
+    failures: Vec<(u64, String)>,
+    messages: usize,
+    deposed: u64,
+}
+
+/// Runs `count` schedules from `first_seed` on two threads.
+fn run_many(first_seed: u64, count: u64, tweak: fn(&mut Params)) -> Batch {
     let next = AtomicU64::new(0);
     let messages = AtomicUsize::new(0);
+    let deposed = AtomicU64::new(0);
     let failures = std::sync::Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..2 {
@@ -51,8 +60,9 @@ fn run_many(first_seed: u64, count: u64, tweak: fn(&mut Params)) -> (Vec<(u64, S
                 let seed = first_seed + i;
                 let mut p = Params::random(seed);
                 tweak(&mut p);
-                let (v, _, sent, _) = run_one(p, false);
+                let (v, _, sent, _, d) = run_one(p, false);
                 messages.fetch_add(sent, Ordering::Relaxed);
+                deposed.fetch_add(d, Ordering::Relaxed);
                 if let Some(first) = v.into_iter().next() {
                     failures.lock().unwrap_or_else(|e| e.into_inner()).push((seed, first));
                 }
@@ -61,7 +71,7 @@ fn run_many(first_seed: u64, count: u64, tweak: fn(&mut Params)) -> (Vec<(u64, S
     });
     let mut f = failures.into_inner().unwrap_or_else(|e| e.into_inner());
     f.sort();
-    (f, messages.into_inner())
+    Batch { failures: f, messages: messages.into_inner(), deposed: deposed.into_inner() }
 }
 
 #[test]
@@ -69,13 +79,14 @@ fn sim_schedules_keep_invariants() {
     if let Some(seed) = std::env::var("SHARDLINE_SIM_SEED").ok().and_then(|s| s.parse().ok()) {
         let p = Params::random(seed);
         eprintln!("replaying seed {seed}: {p:?}");
-        let (v, _, _, _) = run_one(p, true);
+        let (v, _, _, _, _) = run_one(p, true);
         assert!(v.is_empty(), "seed {seed}: {v:?}");
         return;
     }
     let n = schedules();
-    let (failures, messages) = run_many(1, n, |_| {});
+    let Batch { failures, messages, deposed } = run_many(1, n, |_| {});
     println!("simulated {n} schedules, {} violations ({messages} messages)", failures.len());
+    println!("stale coordinators deposed by a refused map write: {deposed}");
     for (seed, v) in failures.iter().take(10) {
         println!("  seed {seed}: {v}  (replay: SHARDLINE_SIM_SEED={seed})");
     }
@@ -86,7 +97,7 @@ fn sim_schedules_keep_invariants() {
 /// lets two nodes host it at once, and the simulation must see it.
 #[test]
 fn sim_catches_hand_off_without_shard_stopped() {
-    let (failures, _) = run_many(1_000_000, 300, |p| {
+    let Batch { failures, .. } = run_many(1_000_000, 300, |p| {
         p.broken_hand_off = true;
         p.faults = 3;
         p.strategy = 0;
@@ -96,6 +107,23 @@ fn sim_catches_hand_off_without_shard_stopped() {
         println!("  seed {seed}: {v}");
     }
     assert!(!failures.is_empty(), "the simulation did not notice a hand-off that skips ShardStopped");
+}
+
+/// Stale leaders occur and are deposed: the refused-write path of the coordinator runs, and the
+/// invariants hold with two coordinators of different terms at once.
+#[test]
+fn sim_deposes_stale_coordinators() {
+    let batch = run_many(2_000_000, 200, |p| {
+        p.with_store = true;
+        p.stale_leaders = true;
+        p.faults = p.faults.max(3);
+    });
+    println!("stale leaders: {} violations, {} coordinators deposed", batch.failures.len(), batch.deposed);
+    for (seed, v) in batch.failures.iter().take(5) {
+        println!("  seed {seed}: {v}");
+    }
+    assert!(batch.failures.is_empty(), "{} schedules with stale leaders violated an invariant", batch.failures.len());
+    assert!(batch.deposed > 0, "no stale coordinator was ever deposed: the path is not exercised");
 }
 
 /// Same seed, same run: every event and its time hash to the same value.

@@ -9,7 +9,7 @@ use std::hash::Hash;
 use shardline_core::{
     shard_of, AllocationStrategy, ConsistentHash, CoordinatorCommand, CoordinatorConfig, CoordinatorEngine, Epoch,
     LeastShards, Member, MemberStatus, MembershipView, NodeId, Ranges, RegionCommand, RegionConfig, RegionEngine,
-    RegionMessage, ShardId, ShardMap, ToCoordinator, ToRegion, VersionAware,
+    RegionMessage, RoundLimit, ShardId, ShardMap, ToCoordinator, ToRegion, VersionAware,
 };
 
 use super::ledger::{Ledger, UserMsg};
@@ -25,6 +25,9 @@ pub use params::Params;
 /// Timing of failure handling (virtual milliseconds).
 const FENCE_AFTER: u64 = 300; // a cut-off node stops its shards (lease TTL − margin)
 const DOWN_AFTER: u64 = 500; // the store declares it down (lease TTL)
+/// How long a stale leader coordinates on. Far longer than a lease, which would stop it
+/// sooner, so that its map writes meet a newer term's and are refused.
+const STALE_LEADER_MS: u64 = 3_000;
 
 #[derive(Clone, Debug)]
 enum Wire {
@@ -35,19 +38,56 @@ enum Wire {
 
 #[derive(Debug)]
 enum Ev {
-    Deliver { from: NodeId, to: NodeId, session: u64, wire: Wire },
-    Undeliverable { node: NodeId, dest: NodeId, msg: RegionMessage<UserMsg> },
-    LinkDown { node: NodeId, peer: NodeId },
-    Timer { node: NodeId },
-    Process { node: NodeId },
-    ClientSend { node: NodeId, client: u32 },
+    Deliver {
+        from: NodeId,
+        to: NodeId,
+        session: u64,
+        wire: Wire,
+    },
+    Undeliverable {
+        node: NodeId,
+        dest: NodeId,
+        msg: RegionMessage<UserMsg>,
+    },
+    LinkDown {
+        node: NodeId,
+        peer: NodeId,
+    },
+    Timer {
+        node: NodeId,
+    },
+    Process {
+        node: NodeId,
+    },
+    ClientSend {
+        node: NodeId,
+        client: u32,
+    },
     Fault,
-    Fence { node: NodeId, isolation: u64 },
-    Down { node: NodeId },
-    Heal { name: String, isolation: u64 },
-    HealCut { a: String, b: String },
-    Restart { name: String },
+    Fence {
+        node: NodeId,
+        isolation: u64,
+    },
+    Down {
+        node: NodeId,
+    },
+    Heal {
+        name: String,
+        isolation: u64,
+    },
+    HealCut {
+        a: String,
+        b: String,
+    },
+    Restart {
+        name: String,
+    },
     Join,
+    /// A stale leader's lease deadline: it stops coordinating if it still does.
+    LeaderDeadline {
+        node: NodeId,
+        term: u64,
+    },
 }
 
 struct Entity {
@@ -91,6 +131,9 @@ pub struct World {
     term: u64,
     leader: Option<NodeId>,
     store: Option<ShardMap>,
+    /// The term that last wrote the stored map; older writers are refused (deposed).
+    store_term: u64,
+    pub deposed: u64,
     // checking
     live: HashMap<u32, NodeId>,
     entity_shard: Vec<ShardId>,
@@ -132,6 +175,8 @@ impl World {
             term: 0,
             leader: None,
             store,
+            store_term: 0,
+            deposed: 0,
             live: HashMap::new(),
             entity_shard,
             ledger: Ledger::default(),
@@ -152,10 +197,10 @@ impl World {
 
     fn strategy(&self) -> Box<dyn AllocationStrategy> {
         match self.p.strategy {
-            0 => Box::new(LeastShards { absolute_limit: 3, relative_limit: 0.2 }),
-            1 => Box::new(VersionAware),
-            2 => Box::new(ConsistentHash { vnodes_per_weight: 20 }),
-            _ => Box::new(Ranges),
+            0 => Box::new(LeastShards::with_limit(RoundLimit { absolute: 3, relative: 0.2 })),
+            1 => Box::new(VersionAware::default()),
+            2 => Box::new(ConsistentHash { vnodes_per_weight: 20, ..ConsistentHash::default() }),
+            _ => Box::new(Ranges::default()),
         }
     }
 
@@ -227,7 +272,15 @@ impl World {
         let want = self.view.oldest_up().map(|m| m.node.clone());
         if want != self.leader {
             if let Some(old) = self.leader.take() {
-                if let Some(n) = self.nodes.get_mut(&old) {
+                let stale = self.p.stale_leaders && self.nodes.get(&old).is_some_and(|n| n.alive && !n.fenced);
+                if stale {
+                    // It has not noticed yet: it coordinates on until its lease deadline, or
+                    // until a map write of its is refused.
+                    let term = self.term;
+                    self.log(|| format!("{old} keeps coordinating term {term} (stale)"));
+                    let at = self.now + STALE_LEADER_MS;
+                    self.schedule(at, Ev::LeaderDeadline { node: old.clone(), term });
+                } else if let Some(n) = self.nodes.get_mut(&old) {
                     if let Some(c) = n.coordinator.as_mut() {
                         c.handle_leadership_lost(self.now);
                     }
@@ -275,6 +328,21 @@ impl World {
                 c.handle_membership(now, &view);
             }
             self.pump(&l);
+        }
+        // Stale leaders still follow the membership, as a provider that has not told them they
+        // lost leadership would: they allocate shards of failed nodes, and write the map.
+        let stale: Vec<NodeId> = self
+            .nodes
+            .values()
+            .filter(|n| n.alive && !n.fenced && Some(&n.id) != self.leader.as_ref() && n.coordinator.is_some())
+            .map(|n| n.id.clone())
+            .collect();
+        for id in stale {
+            let (now, view) = (self.now, self.view.clone());
+            if let Some(c) = self.nodes.get_mut(&id).and_then(|n| n.coordinator.as_mut()) {
+                c.handle_membership(now, &view);
+            }
+            self.pump(&id);
         }
     }
 
@@ -430,6 +498,17 @@ impl World {
                 self.pump(&node);
             }
             Ev::Process { node } => self.process(&node),
+            Ev::LeaderDeadline { node, term } => {
+                let Some(n) = self.nodes.get_mut(&node) else { return };
+                if self.leader.as_ref() != Some(&node) && n.coordinator.as_ref().is_some_and(|c| c.term() == term) {
+                    if let Some(c) = n.coordinator.as_mut() {
+                        c.handle_leadership_lost(now);
+                    }
+                    n.coordinator = None;
+                    self.log(|| format!("{node} stops coordinating term {term} at its lease deadline"));
+                    self.pump(&node);
+                }
+            }
             Ev::ClientSend { node, client } => {
                 let active = now < self.p.active_ms;
                 let Some(n) = self.nodes.get_mut(&node) else { return };

@@ -14,7 +14,7 @@ use tracing::debug;
 use super::{Entity, EntityContext};
 use crate::cluster::Cluster;
 use crate::error::Error;
-use crate::sharding::envelope::{Body, Envelope};
+use crate::sharding::envelope::{Body, Envelope, ReplyAddr, ReplySender};
 use crate::transport::Frame;
 
 /// How long an entity task stays after its last message before its state goes back to the map.
@@ -30,6 +30,8 @@ pub(crate) struct HostEnv {
     pub cluster: Cluster,
     pub mailbox: usize,
     pub started: Instant,
+    pub type_key: Arc<str>,
+    pub persistence: super::Persistence,
 }
 
 impl HostEnv {
@@ -73,7 +75,9 @@ impl<E: Entity> Entities<E> {
 
 pub(crate) struct ShardHost<E: Entity> {
     pub shard: ShardId,
-    pub epoch: Epoch,
+    /// The epoch this node hosts the shard at: raised in place when a newer coordinator
+    /// allocates the shard here again, read by every message's context.
+    epoch: Mutex<Epoch>,
     env: Arc<HostEnv>,
     entities: Mutex<Entities<E>>,
     stopping: AtomicBool,
@@ -81,19 +85,22 @@ pub(crate) struct ShardHost<E: Entity> {
     drained: Notify,
     /// State handed over by entities stopped for a hand-off.
     handed: Mutex<Vec<(String, Vec<u8>)>>,
+    /// The shard's fence in the type's journal, if it has one.
+    claim: Option<Arc<super::ShardClaim>>,
 }
 
 impl<E: Entity> ShardHost<E> {
-    pub fn new(shard: ShardId, epoch: Epoch, env: Arc<HostEnv>) -> Arc<Self> {
+    pub fn new(shard: ShardId, epoch: Epoch, env: Arc<HostEnv>, claim: Option<Arc<super::ShardClaim>>) -> Arc<Self> {
         Arc::new(ShardHost {
             shard,
-            epoch,
+            epoch: Mutex::new(epoch),
             env,
             entities: Mutex::new(Entities { map: HashMap::new(), active: HashSet::new() }),
             stopping: AtomicBool::new(false),
             active: AtomicUsize::new(0),
             drained: Notify::new(),
             handed: Mutex::new(Vec::new()),
+            claim,
         })
     }
 
@@ -137,6 +144,29 @@ impl<E: Entity> ShardHost<E> {
     /// Number of entities with a running task.
     pub fn active_len(&self) -> usize {
         self.lock().active.len()
+    }
+
+    /// The epoch this node hosts the shard at.
+    pub fn epoch(&self) -> Epoch {
+        *self.epoch.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The shard stays here at a newer epoch (never lowered).
+    pub fn raise_epoch(&self, to: Epoch) {
+        let mut e = self.epoch.lock().unwrap_or_else(|e| e.into_inner());
+        *e = (*e).max(to);
+    }
+
+    /// Starts a remembered entity that is not running or in memory yet; false when the shard is
+    /// stopping (no more wakes).
+    pub fn wake(self: &Arc<Self>, id: EntityId) -> bool {
+        if self.stopping.load(Ordering::Acquire) {
+            return false;
+        }
+        if !self.lock().contains_key(&id) {
+            self.deliver(Envelope { entity: id, body: Body::Wake });
+        }
+        true
     }
 
     /// Hands a message to its entity, starting it if needed. Never blocks.
@@ -217,9 +247,13 @@ impl<E: Entity> ShardHost<E> {
     /// Stops at once: tasks are aborted, no hooks run (the node lost its right to the shard).
     pub fn kill(&self) {
         self.stopping.store(true, Ordering::Release);
-        let mut map = self.lock();
-        map.active.clear();
-        for (_, slot) in map.drain() {
+        let slots: Vec<Slot<E>> = {
+            let mut map = self.lock();
+            map.active.clear();
+            map.drain().map(|(_, slot)| slot).collect()
+        };
+        // Aborted tasks clean up after themselves (`TaskGuard`), which takes the map lock.
+        for slot in slots {
             if let Slot::Active { abort, .. } = slot {
                 abort.abort();
             }
@@ -253,7 +287,16 @@ impl<E: Entity> ShardHost<E> {
     }
 
     fn context(&self, id: EntityId) -> EntityContext {
-        EntityContext { id, shard: self.shard, epoch: self.epoch, passivate: false, cluster: self.env.cluster.clone() }
+        EntityContext {
+            id,
+            shard: self.shard,
+            epoch: self.epoch(),
+            passivate: false,
+            cluster: self.env.cluster.clone(),
+            type_key: self.env.type_key.clone(),
+            claim: self.claim.clone(),
+            persistence: self.env.persistence,
+        }
     }
 
     fn finish(&self) {
@@ -276,7 +319,34 @@ pub(crate) fn fail<E: Entity>(cluster: &Cluster, env: Envelope<E>, err: Error) {
     }
 }
 
-async fn process<E: Entity>(cluster: &Cluster, state: &mut E, ctx: &mut EntityContext, env: Envelope<E>) {
+/// Where the reply to the message being handled goes. Held by the task's guard while the handler
+/// runs, so that if it panics the asker hears so only after the slot is forgotten: a retry then
+/// starts a fresh instance instead of landing in the dying one's mailbox.
+enum InFlight<E: Entity> {
+    Local(ReplySender<E>),
+    Remote(ReplyAddr),
+}
+
+impl<E: Entity> InFlight<E> {
+    fn fail(self, cluster: &Cluster, err: Error) {
+        match self {
+            InFlight::Local(tx) => {
+                let _ = tx.send(Err(err));
+            }
+            InFlight::Remote(addr) => {
+                let _ = cluster.transport().send(&addr.node, Frame::Reply { req_id: addr.req_id, result: Err(err) });
+            }
+        }
+    }
+}
+
+async fn process<E: Entity>(
+    cluster: &Cluster,
+    state: &mut E,
+    ctx: &mut EntityContext,
+    env: Envelope<E>,
+    in_flight: &mut Option<InFlight<E>>,
+) {
     if !cluster.may_host() {
         // Not processed, so the sender may safely try again where the shard lives now.
         let err = Error::Rejected(format!("{} may not host: its lease ran out", cluster.node_id()));
@@ -285,24 +355,62 @@ async fn process<E: Entity>(cluster: &Cluster, state: &mut E, ctx: &mut EntityCo
     }
     match env.body {
         Body::Typed { msg, reply } => {
+            *in_flight = reply.map(InFlight::Local);
             let r = state.handle(ctx, msg).await;
-            if let Some(tx) = reply {
+            if let Some(InFlight::Local(tx)) = in_flight.take() {
                 let _ = tx.send(Ok(r));
             }
         }
         Body::Wire { payload, reply } => {
+            *in_flight = reply.map(InFlight::Remote);
             let result = match postcard::from_bytes::<E::Message>(&payload) {
                 Ok(msg) => {
                     let r = state.handle(ctx, msg).await;
-                    postcard::to_allocvec(&r).map_err(|e| Error::Rejected(format!("cannot encode reply: {e}")))
+                    postcard::to_allocvec(&r).map_err(|e| Error::ReplyLost(format!("cannot encode the reply: {e}")))
                 }
                 Err(e) => Err(Error::Rejected(format!("cannot decode message for {}: {e}", ctx.id))),
             };
-            if let Some(addr) = reply {
+            if let Some(InFlight::Remote(addr)) = in_flight.take() {
                 let _ = cluster.transport().send(&addr.node, Frame::Reply { req_id: addr.req_id, result });
             }
         }
-        Body::Retire => {}
+        Body::Retire | Body::Wake => {}
+    }
+}
+
+/// Cleans up after an entity task that ended abnormally: its handler panicked, or the task was
+/// aborted because the node was fenced. The slot is forgotten (the next message starts a fresh
+/// instance) and the messages still in the mailbox fail as not processed; without this, a
+/// panicking entity would refuse every later message and hold up its shard's hand-off forever.
+struct TaskGuard<E: Entity> {
+    host: Arc<ShardHost<E>>,
+    id: EntityId,
+    rx: mpsc::Receiver<Envelope<E>>,
+    in_flight: Option<InFlight<E>>,
+    done: bool,
+}
+
+impl<E: Entity> Drop for TaskGuard<E> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let panicked = std::thread::panicking();
+        if panicked {
+            tracing::error!(entity = %self.id, shard = %self.host.shard, "entity panicked: its state is dropped, the next message starts it afresh");
+        }
+        self.host.lock().forget(&self.id);
+        self.rx.close();
+        while let Ok(env) = self.rx.try_recv() {
+            let err = Error::Unavailable(format!("{} stopped before handling the message", self.id));
+            fail(&self.host.env.cluster, env, err);
+        }
+        if let Some(reply) = self.in_flight.take() {
+            let how = if panicked { "panicked" } else { "was stopped" };
+            let err = Error::OutcomeUnknown(format!("{} {how} while handling the message", self.id));
+            reply.fail(&self.host.env.cluster, err);
+        }
+        self.host.finish();
     }
 }
 
@@ -317,9 +425,10 @@ async fn run<E: Entity>(
     id: EntityId,
     mut state: E,
     fresh: bool,
-    mut rx: mpsc::Receiver<Envelope<E>>,
+    rx: mpsc::Receiver<Envelope<E>>,
     first: Envelope<E>,
 ) {
+    let mut guard = TaskGuard { host: host.clone(), id: id.clone(), rx, in_flight: None, done: false };
     let cluster = host.env.cluster.clone();
     let mut ctx = host.context(id.clone());
     if fresh {
@@ -334,14 +443,14 @@ async fn run<E: Entity>(
     loop {
         let env = match next.take() {
             Some(e) => e,
-            None => match rx.try_recv() {
+            None => match guard.rx.try_recv() {
                 Ok(e) => e,
                 Err(_) => {
                     linger.as_mut().reset(tokio::time::Instant::now() + LINGER);
                     tokio::select! {
                         biased;
                         // The senders live in the map slot, which outlives this task.
-                        e = rx.recv() => e.unwrap_or_else(retire),
+                        e = guard.rx.recv() => e.unwrap_or_else(retire),
                         _ = &mut linger => retire(),
                     }
                 }
@@ -352,7 +461,7 @@ async fn run<E: Entity>(
             // idle state in the map again.
             let after = {
                 let mut map = host.lock();
-                match rx.try_recv() {
+                match guard.rx.try_recv() {
                     Ok(e) => After::Next(e, state),
                     Err(_) if host.stopping.load(Ordering::Acquire) => {
                         map.forget(&id);
@@ -373,16 +482,20 @@ async fn run<E: Entity>(
                 After::Stop(mut s) => {
                     s.stopped(&mut ctx).await;
                     host.hand_over(&id, &s);
+                    guard.done = true;
                     host.finish();
                     return;
                 }
                 After::Idle => {
+                    guard.done = true;
                     host.finish();
                     return;
                 }
             }
         }
-        process(&cluster, &mut state, &mut ctx, env).await;
+        // The epoch as of now: it may have been raised since the task started.
+        ctx.epoch = host.epoch();
+        process(&cluster, &mut state, &mut ctx, env, &mut guard.in_flight).await;
         if ctx.passivate {
             ctx.passivate = false;
             // The slot stays active while the stop hook runs, so new messages wait in the
@@ -391,7 +504,7 @@ async fn run<E: Entity>(
             let pending = {
                 let mut map = host.lock();
                 loop {
-                    match rx.try_recv() {
+                    match guard.rx.try_recv() {
                         Ok(e) if matches!(e.body, Body::Retire) => continue,
                         Ok(e) => break Some(e),
                         Err(_) => {
@@ -404,6 +517,7 @@ async fn run<E: Entity>(
             match pending {
                 None => {
                     debug!(entity = %id, "passivated");
+                    guard.done = true;
                     host.finish();
                     return;
                 }

@@ -169,7 +169,11 @@ impl State {
             .or_insert_with(|| PhiAccrualDetector::new(self.config.phi.clone()))
             .heartbeat(clock_now);
         self.last_heard.insert(g.from.clone(), now);
-        if g.from != self.me {
+        // Joined only once we hear of a cluster that has had a leader. Gossip from another node
+        // that has not joined either (a second seed, a proxy driver started first) is no
+        // cluster: leading on it formed a second cluster with the same term as the first seed's
+        // (the demo's first phases stalled when its driver reached a second seed first).
+        if g.from != self.me && (g.max_term > 0 || g.members.iter().any(|m| m.leader_term > 0)) {
             self.heard_from_others = true;
         }
         self.max_term = self.max_term.max(g.max_term);
@@ -437,6 +441,35 @@ mod tests {
 
     fn term(s: &State) -> Option<u64> {
         s.view().leader.map(|(_, t)| t)
+    }
+
+    /// Two seeds that are not the first one, and a proxy, start before the first seed and hear
+    /// from each other: none of them may lead (that would be a second cluster with the same
+    /// term as the first seed's). They join once the first seed, leading, reaches them.
+    #[test]
+    fn nodes_that_have_not_joined_do_not_form_a_cluster_of_their_own() {
+        let mut second = state("n2", 20, false);
+        let mut third = state("n3", 30, false);
+        let mut proxy = state("driver", 10, false);
+        if let Some(m) = proxy.members.get_mut(&proxy.me.clone()) {
+            m.roles.push(shardline_core::PROXY_ROLE.into());
+        }
+        for _ in 0..3 {
+            second.merge(third.gossip());
+            second.merge(proxy.gossip());
+            third.merge(second.gossip());
+            second.tick();
+            third.tick();
+            proxy.tick();
+        }
+        assert_eq!(second.view().leader, None);
+        assert_eq!(third.view().leader, None);
+        let mut first = state("n1", 5, true);
+        first.tick();
+        assert_eq!(term(&first), Some(1));
+        second.merge(first.gossip());
+        second.tick();
+        assert_eq!(second.view().leader, Some((first.me.clone(), 1)));
     }
 
     /// The first seed starts the cluster (term 1); an older node joins, so the seed steps down

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use shardline_core::{
     AllocationStrategy, ConsistentHash, CoordinatorCommand, CoordinatorConfig, CoordinatorEngine, LeastShards,
-    MembershipView, NodeId, Ranges, ShardMap, Term, ToCoordinator, TypeKey, VersionAware,
+    MembershipView, NodeId, Ranges, RoundLimit, ShardMap, Term, ToCoordinator, TypeKey, VersionAware,
 };
 use tokio::sync::{watch, Notify};
 use tracing::{debug, info, warn};
@@ -40,14 +40,14 @@ enum Slot {
     Failed,
 }
 
-fn strategy(kind: &StrategyKind) -> Box<dyn AllocationStrategy> {
+fn strategy(kind: &StrategyKind, limit: Option<RoundLimit>) -> Box<dyn AllocationStrategy> {
     match kind {
-        StrategyKind::LeastShards { absolute_limit, relative_limit } => {
-            Box::new(LeastShards { absolute_limit: *absolute_limit, relative_limit: *relative_limit })
+        StrategyKind::LeastShards => Box::new(LeastShards { limit: limit.unwrap_or_default() }),
+        StrategyKind::VersionAware => Box::new(VersionAware { limit: limit.unwrap_or_default() }),
+        StrategyKind::ConsistentHash => {
+            Box::new(ConsistentHash { limit: limit.unwrap_or(RoundLimit::UNLIMITED), ..ConsistentHash::default() })
         }
-        StrategyKind::VersionAware => Box::new(VersionAware),
-        StrategyKind::ConsistentHash => Box::new(ConsistentHash::default()),
-        StrategyKind::Ranges => Box::new(Ranges),
+        StrategyKind::Ranges => Box::new(Ranges { limit: limit.unwrap_or(RoundLimit::UNLIMITED) }),
     }
 }
 
@@ -75,7 +75,11 @@ impl Coordinator {
         let c = Arc::new(Coordinator {
             type_key: TypeKey::new(&settings.type_key),
             term,
-            engine: Mutex::new(Slot::Loading { view: view.clone(), config, strategy: strategy(&settings.strategy) }),
+            engine: Mutex::new(Slot::Loading {
+                view: view.clone(),
+                config,
+                strategy: strategy(&settings.strategy, settings.rebalance_limit),
+            }),
             cluster,
             wake: Arc::new(Notify::new()),
             stopped: AtomicBool::new(false),
@@ -170,6 +174,13 @@ impl Coordinator {
             return;
         }
         self.input(|e, now| e.handle_membership(now, view));
+    }
+
+    /// A newer term wrote the shard map: the engine steps down, and so does this driver.
+    fn deposed(&self, by: Term) {
+        self.input(|e, now| e.handle_map_write_refused(now, by));
+        self.stopped.store(true, Ordering::Release);
+        self.wake.notify_one();
     }
 
     pub fn stop(&self) {
@@ -277,8 +288,11 @@ async fn load_then_run(c: Weak<Coordinator>, maps: ShardMaps, mut written: watch
                 retry = false;
                 debug!(%type_key, version = map.version(), "shard map stored");
             }
-            Ok(Err(e @ MapStoreError::Deposed { .. })) => {
-                warn!(%type_key, error = %e, "no longer writing the shard map");
+            Ok(Err(e @ MapStoreError::Deposed { stored, .. })) => {
+                warn!(%type_key, error = %e, "deposed: a newer coordinator wrote the shard map; stepping down");
+                if let Some(co) = c.upgrade() {
+                    co.deposed(stored);
+                }
                 return;
             }
             Ok(Err(e)) => {

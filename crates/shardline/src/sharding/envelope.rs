@@ -42,6 +42,9 @@ pub(crate) enum Body<E: Entity> {
     /// To an entity task from its shard: go idle if nothing else is waiting (or stop, when the
     /// shard is stopping). Never leaves the node.
     Retire,
+    /// Starts the entity (its `started` hook runs) without a message: a remembered entity whose
+    /// shard started here. Never leaves the node.
+    Wake,
 }
 
 pub(crate) struct Envelope<E: Entity> {

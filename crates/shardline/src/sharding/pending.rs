@@ -19,7 +19,7 @@ struct Typed<R>(oneshot::Sender<Result<R, Error>>);
 impl<R: DeserializeOwned + Send + 'static> Waiting for Typed<R> {
     fn complete(self: Box<Self>, result: Result<Vec<u8>, Error>) {
         let r = result.and_then(|bytes| {
-            postcard::from_bytes(&bytes).map_err(|e| Error::Rejected(format!("cannot decode reply: {e}")))
+            postcard::from_bytes(&bytes).map_err(|e| Error::ReplyLost(format!("cannot decode the reply: {e}")))
         });
         let _ = self.0.send(r);
     }

@@ -15,7 +15,7 @@ use tracing::{debug, info, warn};
 use super::envelope::{Body, Envelope, ReplyAddr, WireEnvelope};
 use crate::cluster::Cluster;
 use crate::entity::host::{fail, HostEnv, ShardHost};
-use crate::entity::{Entity, EntitySettings};
+use crate::entity::{Entity, EntitySettings, ShardClaim};
 use crate::error::Error;
 use crate::transport::{Frame, SendError};
 
@@ -45,6 +45,8 @@ pub(crate) trait RegionDyn: Send + Sync {
     fn on_link_down(self: Arc<Self>, peer: &NodeId);
     fn on_coordinator_changed(self: Arc<Self>, node: NodeId, term: Term);
     fn on_fenced(self: Arc<Self>);
+    /// Stops every hosted shard without a hand-off (the node leaves and nobody can take them).
+    fn stop_all(self: Arc<Self>);
     fn settings(&self) -> &EntitySettings;
     fn hosted(&self) -> Vec<(ShardId, Epoch)>;
     fn flush_all(self: Arc<Self>);
@@ -64,7 +66,13 @@ impl<E: Entity> Region<E> {
         rc.retry_max_ms = 1_000;
         rc.register_retry_ms = 500;
         let me = cluster.node_id().clone();
-        let env = Arc::new(HostEnv { cluster: cluster.clone(), mailbox: settings.mailbox, started: Instant::now() });
+        let env = Arc::new(HostEnv {
+            cluster: cluster.clone(),
+            mailbox: settings.mailbox,
+            started: Instant::now(),
+            type_key: Arc::from(settings.type_key.as_str()),
+            persistence: settings.persistence,
+        });
         let region = Arc::new(Region {
             type_key: TypeKey::new(&settings.type_key),
             settings,
@@ -112,30 +120,44 @@ impl<E: Entity> Region<E> {
     fn run_commands(self: &Arc<Self>, st: &mut State<E>, now: u64) {
         loop {
             let mut returned = Vec::new();
+            let mut jammed = Vec::new();
             let mut any = false;
             while let Some(cmd) = st.engine.poll_command() {
                 any = true;
                 match cmd {
-                    RegionCommand::Deliver { shard, msg, .. } => match st.hosts.get(&shard) {
-                        Some(h) => h.deliver(msg),
+                    RegionCommand::Deliver { shard, epoch, msg } => match st.hosts.get(&shard) {
+                        Some(h) if h.epoch() == epoch => h.deliver(msg),
+                        // The engine delivers only at the epoch it hosts the shard at, which it
+                        // announced (StartShard, RaiseEpoch): anything else is a bug, refused.
+                        Some(h) => {
+                            warn!(type_key = %self.type_key, %shard, %epoch, hosted = %h.epoch(), "delivery at another epoch than the hosted one: refused");
+                            fail(&self.cluster, msg, Error::Unavailable(format!("{shard} is not hosted at {epoch}")))
+                        }
                         None => fail(&self.cluster, msg, Error::Unavailable(format!("{shard} is not started"))),
                     },
                     RegionCommand::SendToRegion { to, msg } => {
                         if let Some(wire) = self.to_wire(msg) {
+                            // Behind a forward that found the queue full: wait with it.
+                            if matches!(wire, RegionMessage::Forward { .. }) && jammed.iter().any(|(t, _)| *t == to) {
+                                jammed.push((to, wire));
+                                continue;
+                            }
                             let frame = Frame::Region { type_key: self.type_key.clone(), msg: wire };
                             match self.cluster.transport().send(&to, frame) {
                                 Ok(()) => {}
-                                Err(SendError::Full(f)) => {
-                                    // Dropped with an error to its sender; the stream gap makes the
-                                    // receiver send later ones back, so order still holds.
-                                    if let Frame::Region { msg: RegionMessage::Forward { msg, .. }, .. } = *f {
-                                        fail_wire(
-                                            &self.cluster,
-                                            msg,
-                                            Error::Overloaded(format!("send queue to {to} is full")),
-                                        );
+                                Err(SendError::Full(f)) => match *f {
+                                    // Back into the buffer at its place until the peer caught
+                                    // up (see `handle_send_queue_full`): nothing lost, order
+                                    // kept. The region's bounded buffer turns a lasting jam
+                                    // into `Overloaded` for new senders.
+                                    Frame::Region { msg: msg @ RegionMessage::Forward { .. }, .. } => {
+                                        metrics::counter!("shardline_region_send_queue_full_total").increment(1);
+                                        jammed.push((to, msg));
                                     }
-                                }
+                                    // Drain markers, their answers and bounces must not be lost:
+                                    // they wait for room.
+                                    frame => self.cluster.transport().send_when_ready(&to, frame),
+                                },
                                 Err(e) => {
                                     if let Frame::Region { msg, .. } = e.into_frame() {
                                         returned.push((to, msg));
@@ -151,11 +173,29 @@ impl<E: Entity> Region<E> {
                             .send(&to, Frame::ToCoordinator { type_key: self.type_key.clone(), msg });
                     }
                     RegionCommand::StartShard { shard, epoch, handover } => {
-                        let host = ShardHost::new(shard, epoch, self.env.clone());
+                        let claim = self
+                            .settings
+                            .journal
+                            .as_ref()
+                            .map(|j| ShardClaim::new(j.0.clone(), &self.settings.type_key, shard));
+                        let host = ShardHost::new(shard, epoch, self.env.clone(), claim.clone());
+                        if let Some(claim) = claim {
+                            // Claimed at once (one raise), awaited by the first entity that uses
+                            // the journal; remembered entities restart once it is claimed.
+                            let remember = self.settings.persistence.remember;
+                            tokio::spawn(claim_and_restart(host.clone(), claim, epoch, remember));
+                        }
                         let restored = handover.map(|d| host.restore(&d)).unwrap_or(0);
                         info!(type_key = %self.type_key, %shard, %epoch, restored, "shard started");
                         self.cluster.ownership_log(&self.type_key, shard, epoch, true);
                         st.hosts.insert(shard, host);
+                    }
+                    RegionCommand::RaiseEpoch { shard, from, to } => {
+                        if let Some(h) = st.hosts.get(&shard) {
+                            h.raise_epoch(to);
+                        }
+                        // Not an ownership change: the ownership log keeps its one interval.
+                        info!(type_key = %self.type_key, %shard, %from, %to, "shard stays here at a newer epoch");
                     }
                     RegionCommand::StopShard { shard, epoch, fenced } => {
                         let host = st.hosts.remove(&shard);
@@ -200,6 +240,9 @@ impl<E: Entity> Region<E> {
             for (to, msg) in returned {
                 st.engine.handle_undeliverable(now, &to, from_wire(msg));
             }
+            for (to, msg) in jammed {
+                st.engine.handle_send_queue_full(now, &to, from_wire(msg));
+            }
         }
     }
 
@@ -224,7 +267,7 @@ impl<E: Entity> Region<E> {
                     }
                 },
                 // Markers for local entity tasks never leave the node.
-                Body::Retire => None,
+                Body::Retire | Body::Wake => None,
             }
         };
         Some(match msg {
@@ -239,9 +282,14 @@ impl<E: Entity> Region<E> {
         })
     }
 
+    /// The shard of entity `id`.
+    pub fn shard_of(&self, id: &str) -> ShardId {
+        self.settings.shard_of(id)
+    }
+
     /// Sends a message to entity `id` from this node.
     pub fn send(self: &Arc<Self>, id: shardline_core::EntityId, body: Body<E>) -> Result<(), Error> {
-        let shard = shardline_core::shard_of(id.as_str(), self.settings.shards);
+        let shard = self.shard_of(id.as_str());
         let env = Envelope { entity: id, body };
         match self.input(|e, now| e.handle_send(now, shard, env)) {
             Some(err) => Err(err),
@@ -268,10 +316,35 @@ fn from_wire<E: Entity>(msg: RegionMessage<WireEnvelope>) -> RegionMessage<Envel
     }
 }
 
-fn fail_wire(cluster: &Cluster, w: WireEnvelope, err: Error) {
-    if let Some(addr) = w.reply {
-        let _ = cluster.transport().send(&addr.node, Frame::Reply { req_id: addr.req_id, result: Err(err) });
+/// Claims a started shard in the journal, then starts its remembered entities (when the type
+/// remembers them), at most `per_second` per second; stops early when the shard stops.
+async fn claim_and_restart<E: Entity>(
+    host: Arc<ShardHost<E>>,
+    claim: Arc<ShardClaim>,
+    epoch: Epoch,
+    remember: Option<u32>,
+) {
+    if let Err(e) = claim.ensure(epoch).await {
+        warn!(shard = %host.shard, %epoch, error = %e, "cannot claim the shard in the journal yet");
+        return;
     }
+    let Some(per_second) = remember else { return };
+    let ids = match claim.journal().remembered(claim.type_key(), host.shard).await {
+        Ok(ids) => ids,
+        Err(e) => {
+            warn!(shard = %host.shard, error = %e, "remembered entities cannot be read");
+            return;
+        }
+    };
+    let pause = Duration::from_secs(1) / per_second.max(1);
+    let n = ids.len();
+    for id in ids {
+        if !host.wake(shardline_core::EntityId::new(id)) {
+            return;
+        }
+        tokio::time::sleep(pause).await;
+    }
+    debug!(shard = %host.shard, restarted = n, "remembered entities restarted");
 }
 
 async fn timer<E: Entity>(region: std::sync::Weak<Region<E>>) {
@@ -333,6 +406,9 @@ impl<E: Entity> RegionDyn for Region<E> {
     }
     fn on_fenced(self: Arc<Self>) {
         self.input(|e, now| e.handle_fenced(now));
+    }
+    fn stop_all(self: Arc<Self>) {
+        self.input(|e, now| e.handle_stop_all(now));
     }
     fn settings(&self) -> &EntitySettings {
         &self.settings

@@ -9,7 +9,9 @@
 //! - **Handshake**: the dialer sends `Hello` (protocol version, cluster name, its id, the id it
 //!   expects); a mismatch is refused with a reason on both sides.
 //! - **Limits**: frames over `max_frame` bytes, undecodable frames and unknown kinds close that
-//!   connection with a logged [`TransportError`]; the node keeps running.
+//!   connection with a logged [`TransportError`]; the node keeps running. A frame this node
+//!   cannot send (over `max_frame`, or unencodable) is refused before it is written and handed to
+//!   [`Inbound::on_unsendable`], so the rest of its batch still goes out.
 //! - **Back-pressure**: each peer has a bounded queue; [`Transport::send`] fails with
 //!   [`SendError::Full`] instead of growing.
 //! - **Coalescing**: the writer drains everything queued into one buffer per syscall.
@@ -76,6 +78,10 @@ pub trait Inbound: Send + Sync + 'static {
     fn on_link_down(&self, peer: &NodeId);
     /// A frame for `peer` could not be written at all: it was not delivered.
     fn on_undeliverable(&self, peer: &NodeId, frame: Frame);
+    /// A frame for `peer` can never be sent: it cannot be encoded, or it is larger than
+    /// `max_frame`. It was dropped (resending it would fail the same way); its sender must be
+    /// told.
+    fn on_unsendable(&self, peer: &NodeId, frame: Frame, error: TransportError);
 }
 
 pub(crate) struct Shared {
@@ -210,6 +216,29 @@ impl Transport {
             Some(p) => p.send(frame),
             None => Err(SendError::NoRoute(Box::new(frame))),
         }
+    }
+
+    /// Queues a frame for `to`, waiting in a task for room when its queue is full. For small
+    /// protocol frames (drain markers, their answers, bounces) that must not be lost to a
+    /// momentary burst: they are bounded by the messages that caused them. A frame for a peer
+    /// that is gone comes back as undeliverable.
+    pub fn send_when_ready(&self, to: &NodeId, frame: Frame) {
+        let tx = if to == &self.shared.me {
+            Some(self.loopback.clone())
+        } else {
+            self.peers.lock().unwrap_or_else(|e| e.into_inner()).get(to).map(|p| p.sender())
+        };
+        let shared = self.shared.clone();
+        let to = to.clone();
+        tokio::spawn(async move {
+            let unsent = match tx {
+                Some(tx) => tx.send(frame).await.err().map(|e| e.0),
+                None => Some(frame),
+            };
+            if let (Some(frame), Some(h)) = (unsent, shared.handler.get()) {
+                h.on_undeliverable(&to, frame);
+            }
+        });
     }
 
     /// Sends one frame to an address whose node is not known yet (e.g. a seed), on a short-lived

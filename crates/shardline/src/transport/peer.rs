@@ -7,7 +7,7 @@ use std::time::Duration;
 use shardline_core::NodeId;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::{dial, Frame, Shared};
 
@@ -38,6 +38,10 @@ impl Peer {
         let (tx, rx) = mpsc::channel(shared.config.send_queue.max(1));
         tokio::spawn(run(node, addr, shared, rx));
         Peer { tx }
+    }
+
+    pub fn sender(&self) -> mpsc::Sender<Frame> {
+        self.tx.clone()
     }
 
     pub fn send(&self, frame: Frame) -> Result<(), SendError> {
@@ -98,13 +102,17 @@ async fn run(node: NodeId, addr: SocketAddr, shared: Arc<Shared>, mut rx: mpsc::
                 },
             };
             buf.clear();
-            if frame.encode_into(&mut buf).is_err() {
+            let max = shared.config.max_frame;
+            if let Err(e) = frame.encode_within(&mut buf, max) {
+                unsendable(&node, &shared, frame, e);
                 continue;
             }
             while buf.len() < 256 * 1024 {
                 match rx.try_recv() {
                     Ok(f) => {
-                        let _ = f.encode_into(&mut buf);
+                        if let Err(e) = f.encode_within(&mut buf, max) {
+                            unsendable(&node, &shared, f, e);
+                        }
                     }
                     Err(_) => break,
                 }
@@ -121,6 +129,15 @@ async fn run(node: NodeId, addr: SocketAddr, shared: Arc<Shared>, mut rx: mpsc::
             Some(f) => first = f,
             None => return,
         }
+    }
+}
+
+/// A frame that can never be sent: logged, counted, and handed to the node to tell its sender.
+fn unsendable(node: &NodeId, shared: &Shared, frame: Frame, error: super::TransportError) {
+    warn!(peer = %node, %error, "frame cannot be sent: dropped, its sender is told");
+    metrics::counter!("shardline_transport_unsendable_frames_total").increment(1);
+    if let Some(h) = shared.handler.get() {
+        h.on_unsendable(node, frame, error);
     }
 }
 

@@ -43,7 +43,23 @@ impl World {
 
     pub(super) fn run_coordinator_command(&mut self, id: &NodeId, term: u64, c: CoordinatorCommand) {
         if let CoordinatorCommand::PersistShardMap { changes, .. } = &c {
+            if self.store.is_some() && term < self.store_term {
+                // Compare-and-set on the writer's term: a newer coordinator wrote the map.
+                let (now, by) = (self.now, self.store_term);
+                let n = self.nodes.get_mut(id).expect("node exists");
+                if let Some(co) = n.coordinator.as_mut().filter(|co| co.term() == term) {
+                    co.handle_map_write_refused(now, by);
+                    if !co.is_stopped() {
+                        self.ledger.violations.push(format!("t={now} {id} coordinates on after being deposed"));
+                    }
+                    n.coordinator = None;
+                    self.deposed += 1;
+                }
+                self.log(|| format!("{id}: map write of term {term} refused, term {by} wrote it"));
+                return;
+            }
             if let Some(store) = self.store.as_mut() {
+                self.store_term = self.store_term.max(term);
                 for (shard, slot) in changes {
                     let _ = store.raise_epoch(*shard, slot.epoch);
                     match slot.home() {
@@ -85,6 +101,15 @@ impl World {
             RegionCommand::StartShard { shard, handover, .. } => {
                 if handover.as_ref().is_some_and(|h| h[..] != shard.0.to_be_bytes()) {
                     self.ledger.violations.push(format!("t={now} handover of another shard reached {shard}"));
+                }
+            }
+            RegionCommand::RaiseEpoch { shard, to, .. } => {
+                // Entities see the epoch their node hosts the shard at when they process.
+                let n = self.nodes.get_mut(id).expect("node exists");
+                for e in n.entities.values_mut().filter(|e| e.shard == shard) {
+                    for (_, epoch) in e.mailbox.iter_mut() {
+                        *epoch = to;
+                    }
                 }
             }
             RegionCommand::StopShard { shard, fenced, .. } => {

@@ -17,6 +17,9 @@ pub struct Params {
     pub with_store: bool,
     pub strategy: usize,
     pub broken_hand_off: bool,
+    /// A leader that loses leadership keeps coordinating until its lease deadline or until a
+    /// shard map write of its is refused for a newer term (schedules with a store only).
+    pub stale_leaders: bool,
 }
 
 impl Params {
@@ -35,6 +38,14 @@ impl Params {
             with_store: r.chance(0.5),
             strategy: r.range(0, 4) as usize,
             broken_hand_off: false,
+            stale_leaders: false,
         }
+        .with_stale_leaders(&mut r)
+    }
+
+    fn with_stale_leaders(mut self, r: &mut Rng) -> Self {
+        // Drawn last, so that the draws above (and older seeds' schedules) stay as they were.
+        self.stale_leaders = self.with_store && r.chance(0.5);
+        self
     }
 }

@@ -8,6 +8,6 @@ pub mod server;
 mod shard_maps;
 mod store;
 
-pub use provider::{LeaseConfig, Leases};
+pub use provider::{LeaseConfig, LeaseValueError, Leases};
 pub use shard_maps::{LoadedMap, MapStoreError, ShardMaps};
 pub use store::{CoordinationStore, Entry, InMemoryStore, Revision, StoreError, WatchEvent};

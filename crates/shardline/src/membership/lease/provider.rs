@@ -89,8 +89,54 @@ struct LeaderRecord {
     term: u64,
 }
 
-fn encode<T: Serialize>(v: &T) -> Vec<u8> {
-    postcard::to_allocvec(v).unwrap_or_default()
+/// A value of the coordination store that cannot be written or read. Never replaced by a
+/// default: an empty member record or a term read as 0 (terms would repeat) is worse than
+/// skipping the step, which fails safe (a lease not renewed fences this node; a term not taken
+/// means no leadership).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LeaseValueError {
+    /// Encoding failed; nothing was written.
+    #[error("cannot encode the {what}: {reason}")]
+    Encode {
+        /// What the value is.
+        what: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// A stored value cannot be read.
+    #[error("cannot read the {what} at {key}: {reason}")]
+    Decode {
+        /// What the value is.
+        what: &'static str,
+        /// Where it is stored.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Encodes a value to write; a failure is logged and counted, and nothing is written.
+fn encode<T: Serialize>(what: &'static str, v: &T) -> Result<Vec<u8>, LeaseValueError> {
+    postcard::to_allocvec(v).map_err(|e| refused(LeaseValueError::Encode { what, reason: e.to_string() }))
+}
+
+fn refused(e: LeaseValueError) -> LeaseValueError {
+    warn!(error = %e, "coordination store value refused");
+    metrics::counter!("shardline_lease_bad_values_total").increment(1);
+    e
+}
+
+/// The next leadership term from the stored counter (absent: 1), and the revision to
+/// compare-and-set it at (0: create). An unreadable counter is an error, never 0.
+pub(crate) fn next_term(key: &str, current: Option<&super::store::Entry>) -> Result<(u64, Revision), LeaseValueError> {
+    let Some(e) = current else { return Ok((1, 0)) };
+    let last = postcard::from_bytes::<u64>(&e.value).map_err(|err| {
+        refused(LeaseValueError::Decode { what: "term counter", key: key.to_string(), reason: err.to_string() })
+    })?;
+    let next = last.checked_add(1).ok_or_else(|| {
+        refused(LeaseValueError::Decode { what: "term counter", key: key.to_string(), reason: "at its maximum".into() })
+    })?;
+    Ok((next, e.revision))
 }
 
 struct Known {
@@ -125,7 +171,8 @@ impl State {
     async fn claim_slot(&mut self) {
         if let (Some(n), Some(rev)) = (self.me.slot, self.slot_rev) {
             let key = format!("{}{n}", self.slots_prefix);
-            match self.store.refresh(&key, encode(&self.me.node), rev, self.config.ttl).await {
+            let Ok(value) = encode("slot holder", &self.me.node) else { return };
+            match self.store.refresh(&key, value, rev, self.config.ttl).await {
                 Ok(Some(rev)) => {
                     self.slot_rev = Some(rev);
                     return;
@@ -141,9 +188,10 @@ impl State {
         let Ok(taken) = self.store.list(&self.slots_prefix).await else { return };
         let taken: std::collections::BTreeSet<u32> =
             taken.iter().filter_map(|e| e.key[self.slots_prefix.len()..].parse().ok()).collect();
+        let Ok(holder) = encode("slot holder", &self.me.node) else { return };
         for n in (0..).filter(|n| !taken.contains(n)).take(8) {
             let key = format!("{}{n}", self.slots_prefix);
-            if let Ok(Some(rev)) = self.store.create_ephemeral(&key, encode(&self.me.node), self.config.ttl).await {
+            if let Ok(Some(rev)) = self.store.create_ephemeral(&key, holder.clone(), self.config.ttl).await {
                 info!(slot = n, "membership slot taken");
                 self.me.slot = Some(n);
                 self.slot_rev = Some(rev);
@@ -157,7 +205,9 @@ impl State {
         if self.config.numbered_slots && !self.fenced {
             self.claim_slot().await;
         }
-        let value = encode(&self.me);
+        // Not renewed when the record cannot be encoded: the lease lapses and the node fences
+        // itself, instead of publishing an empty record.
+        let Ok(value) = encode("member record", &self.me) else { return };
         // The store may extend the lease any time during the call: count from its start.
         let sent = Instant::now();
         let r = match self.my_rev {
@@ -247,7 +297,8 @@ impl State {
         if let Some((l, rev)) = self.leader.clone() {
             if l.node == self.me.node {
                 let sent = Instant::now();
-                let refresh = self.store.refresh(&self.leader_key, encode(&l), rev, self.config.ttl);
+                let Ok(value) = encode("leader record", &l) else { return };
+                let refresh = self.store.refresh(&self.leader_key, value, rev, self.config.ttl);
                 match tokio::time::timeout_at(self.leader_deadline().unwrap_or(sent), refresh).await {
                     Ok(Ok(Some(rev))) => {
                         self.leader = Some((l, rev));
@@ -266,23 +317,29 @@ impl State {
         }
         match self.store.get(&self.leader_key).await {
             Ok(Some(e)) => {
-                self.leader = postcard::from_bytes::<LeaderRecord>(&e.value).ok().map(|l| (l, e.revision));
+                self.leader = match postcard::from_bytes::<LeaderRecord>(&e.value) {
+                    Ok(l) => Some((l, e.revision)),
+                    Err(err) => {
+                        let what = "leader record";
+                        refused(LeaseValueError::Decode { what, key: e.key, reason: err.to_string() });
+                        None
+                    }
+                };
             }
             Ok(None) if !eligible => self.leader = None,
             Ok(None) => {
                 // Take a new term, then claim the key.
                 let Ok(current) = self.store.get(&self.term_key).await else { return };
-                let (last, rev) =
-                    current.map(|e| (postcard::from_bytes::<u64>(&e.value).unwrap_or(0), e.revision)).unwrap_or((0, 0));
-                let term = last + 1;
-                if !matches!(self.store.compare_and_put(&self.term_key, encode(&term), rev).await, Ok(Some(_))) {
+                // An unreadable counter: no term, so no leadership, until an operator repairs it.
+                let Ok((term, rev)) = next_term(&self.term_key, current.as_ref()) else { return };
+                let Ok(counter) = encode("term counter", &term) else { return };
+                if !matches!(self.store.compare_and_put(&self.term_key, counter, rev).await, Ok(Some(_))) {
                     return;
                 }
                 let record = LeaderRecord { node: self.me.node.clone(), term };
+                let Ok(value) = encode("leader record", &record) else { return };
                 let sent = Instant::now();
-                if let Ok(Some(rev)) =
-                    self.store.create_ephemeral(&self.leader_key, encode(&record), self.config.ttl).await
-                {
+                if let Ok(Some(rev)) = self.store.create_ephemeral(&self.leader_key, value, self.config.ttl).await {
                     info!(term, "this node leads the cluster");
                     self.leader = Some((record, rev));
                     self.leader_renewed = sent;
@@ -298,7 +355,13 @@ impl State {
         let now = Instant::now();
         let mut present = std::collections::BTreeSet::new();
         for e in entries {
-            let Ok(record) = postcard::from_bytes::<MemberRecord>(&e.value) else { continue };
+            let record = match postcard::from_bytes::<MemberRecord>(&e.value) {
+                Ok(r) => r,
+                Err(err) => {
+                    refused(LeaseValueError::Decode { what: "member record", key: e.key, reason: err.to_string() });
+                    continue;
+                }
+            };
             present.insert(e.key.clone());
             self.known.insert(e.key, Known { record, missing_since: None });
         }
@@ -538,4 +601,28 @@ fn publish(state: &State, view_tx: &watch::Sender<ClusterView>, transport: &crat
             false
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::membership::lease::Entry;
+
+    fn entry(value: Vec<u8>) -> Entry {
+        Entry { key: "c/term".into(), value, revision: 7 }
+    }
+
+    #[test]
+    fn the_next_term_comes_from_a_readable_counter_only() {
+        assert_eq!(next_term("c/term", None), Ok((1, 0)));
+        let four = postcard::to_allocvec(&4u64).unwrap();
+        assert_eq!(next_term("c/term", Some(&entry(four))), Ok((5, 7)));
+        // Garbage, or nothing, is an error naming the key: never term 1 again.
+        for bad in [vec![], vec![0xff; 11]] {
+            let err = next_term("c/term", Some(&entry(bad))).unwrap_err();
+            assert!(matches!(&err, LeaseValueError::Decode { key, .. } if key == "c/term"), "{err:?}");
+        }
+        let max = postcard::to_allocvec(&u64::MAX).unwrap();
+        assert!(next_term("c/term", Some(&entry(max))).is_err());
+    }
 }

@@ -1,0 +1,407 @@
+//! Shardline's embedded journal on SQLite: one file, which several node processes on one host can
+//! share, and no system library (SQLite is compiled in).
+//!
+//! - **One writer thread per process** owns the connection. It takes every request waiting in its
+//!   queue and runs them in one `BEGIN IMMEDIATE` transaction, each in a savepoint of its own
+//!   (group commit): one fsync for many appends, while a refused append (fenced, conflict) rolls
+//!   back alone. Requests for one persistence id keep their order, since the queue does.
+//! - **Several processes**: WAL mode, and a busy timeout on the file lock; the fence check and the
+//!   write happen under the same `IMMEDIATE` lock, so no other process can raise a fence between.
+//! - **Schema**: versioned migrations in `shardline_schema`; a file written by a newer version is
+//!   refused instead of misread.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Transaction};
+use shardline::journal::queue::{Job, Outcome};
+use shardline::journal::{AppendRequest, EventRecord, Fence, JournalError, QueuedJournal, Snapshot, StoredEvent};
+use shardline_core::{Epoch, ShardId};
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+/// The schema, one migration per version, applied in order.
+const MIGRATIONS: &[&str] = &[
+    // 1: events, snapshots, fences, recorded replies, remembered entities.
+    "CREATE TABLE shardline_fences (
+        type_key TEXT NOT NULL, shard INTEGER NOT NULL, term INTEGER NOT NULL, seq INTEGER NOT NULL,
+        PRIMARY KEY (type_key, shard));
+     CREATE TABLE shardline_events (
+        persistence_id TEXT NOT NULL, seq INTEGER NOT NULL, type_name TEXT NOT NULL,
+        schema_version INTEGER NOT NULL, payload BLOB NOT NULL, PRIMARY KEY (persistence_id, seq));
+     CREATE TABLE shardline_snapshots (
+        persistence_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, schema_version INTEGER NOT NULL,
+        payload BLOB NOT NULL);
+     CREATE TABLE shardline_replies (
+        persistence_id TEXT NOT NULL, request_id TEXT NOT NULL, seq INTEGER NOT NULL, reply BLOB NOT NULL,
+        PRIMARY KEY (persistence_id, request_id));
+     CREATE TABLE shardline_remembered (
+        type_key TEXT NOT NULL, shard INTEGER NOT NULL, entity_id TEXT NOT NULL,
+        PRIMARY KEY (type_key, shard, entity_id));",
+];
+
+/// Most requests one transaction takes.
+const MAX_BATCH: usize = 256;
+
+/// Opens SQLite journals.
+pub struct SqliteJournal;
+
+impl SqliteJournal {
+    /// Opens (creating it if needed) the journal file at `path`, migrates its schema and starts
+    /// its writer thread.
+    pub fn open(path: impl AsRef<Path>) -> Result<QueuedJournal, JournalError> {
+        let path = path.as_ref().to_path_buf();
+        let mut conn = Connection::open(&path).map_err(|e| unavailable(&path, e))?;
+        conn.busy_timeout(Duration::from_secs(5)).map_err(|e| failed(&path, e))?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(|e| failed(&path, e))?;
+        conn.pragma_update(None, "synchronous", "NORMAL").map_err(|e| failed(&path, e))?;
+        migrate(&mut conn).map_err(|e| JournalError::Failed(format!("{}: {e}", path.display())))?;
+        let (journal, rx) = QueuedJournal::new(4096);
+        let thread_path = path.clone();
+        std::thread::Builder::new()
+            .name("shardline-sqlite".into())
+            .spawn(move || writer(conn, rx, thread_path))
+            .map_err(|e| JournalError::Failed(format!("cannot start the journal thread: {e}")))?;
+        Ok(journal)
+    }
+}
+
+fn unavailable(path: &Path, e: rusqlite::Error) -> JournalError {
+    JournalError::Unavailable(format!("{}: {e}", path.display()))
+}
+
+fn failed(path: &Path, e: rusqlite::Error) -> JournalError {
+    JournalError::Failed(format!("{}: {e}", path.display()))
+}
+
+/// Maps a database error: a busy or locked file, or one that cannot be opened or written, is
+/// `Unavailable` (try again later); the rest is `Failed`.
+fn db(e: rusqlite::Error) -> JournalError {
+    match e.sqlite_error_code() {
+        Some(
+            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked | ErrorCode::CannotOpen | ErrorCode::SystemIoFailure,
+        ) => JournalError::Unavailable(e.to_string()),
+        _ => JournalError::Failed(e.to_string()),
+    }
+}
+
+fn migrate(conn: &mut Connection) -> Result<(), String> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(|e| e.to_string())?;
+    tx.execute("CREATE TABLE IF NOT EXISTS shardline_schema (version INTEGER NOT NULL)", [])
+        .map_err(|e| e.to_string())?;
+    let version: Option<i64> =
+        tx.query_row("SELECT MAX(version) FROM shardline_schema", [], |r| r.get(0)).map_err(|e| e.to_string())?;
+    let version = version.unwrap_or(0);
+    let known = MIGRATIONS.len() as i64;
+    if version > known {
+        return Err(format!("schema version {version} is newer than this build knows ({known})"));
+    }
+    for (i, m) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        tx.execute_batch(m).map_err(|e| format!("migration {}: {e}", i + 1))?;
+        tx.execute("INSERT INTO shardline_schema (version) VALUES (?1)", [i as i64 + 1]).map_err(|e| e.to_string())?;
+    }
+    tx.commit().map_err(|e| e.to_string())
+}
+
+fn to_i64(v: u64, what: &str) -> Result<i64, JournalError> {
+    i64::try_from(v).map_err(|_| JournalError::Failed(format!("{what} {v} does not fit the database")))
+}
+
+fn to_u64(v: i64, pid: &str, seq: u64, what: &str) -> Result<u64, JournalError> {
+    u64::try_from(v).map_err(|_| JournalError::Corrupt {
+        persistence_id: pid.to_string(),
+        seq,
+        reason: format!("{what} is negative ({v})"),
+    })
+}
+
+/// The writer thread: one transaction for every request waiting, one savepoint per request.
+fn writer(mut conn: Connection, mut rx: mpsc::Receiver<Job>, path: PathBuf) {
+    while let Some(first) = rx.blocking_recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(j) => batch.push(j),
+                Err(_) => break,
+            }
+        }
+        let n = batch.len();
+        if let Err(e) = run_batch(&mut conn, batch) {
+            warn!(path = %path.display(), error = %e, "journal transaction failed");
+        }
+        debug!(requests = n, "journal batch");
+    }
+}
+
+/// Runs a batch in one transaction; answers every request. When the transaction itself cannot
+/// begin or commit, every request of the batch fails and nothing was written.
+fn run_batch(conn: &mut Connection, batch: Vec<Job>) -> Result<(), JournalError> {
+    let mut tx = match conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate) {
+        Ok(tx) => tx,
+        Err(e) => {
+            let err = db(e);
+            for job in batch {
+                job.fail(err.clone());
+            }
+            return Err(err);
+        }
+    };
+    let outcomes: Vec<Outcome> = batch.into_iter().map(|job| run_job(&mut tx, job)).collect();
+    let committed = tx.commit().map_err(db);
+    for o in outcomes {
+        o.answer(&committed);
+    }
+    committed
+}
+
+/// Runs one job; writes run in a savepoint of their own.
+fn run_job(tx: &mut Transaction<'_>, job: Job) -> Outcome {
+    match job {
+        Job::RaiseFence(f, r) => Outcome::Epoch(r, in_savepoint(tx, |sp| raise_fence(sp, &f))),
+        Job::Append(req, r) => Outcome::Seq(r, in_savepoint(tx, |sp| append(sp, &req))),
+        Job::Read(pid, from, r) => Outcome::Events(r, read(tx, &pid, from)),
+        Job::SaveSnapshot(f, pid, s, r) => Outcome::Unit(r, in_savepoint(tx, |sp| save_snapshot(sp, &f, &pid, &s))),
+        Job::LoadSnapshot(pid, r) => Outcome::Snapshot(r, load_snapshot(tx, &pid)),
+        Job::RecordedReply(pid, id, r) => Outcome::Bytes(r, recorded_reply(tx, &pid, &id)),
+        Job::Remembered(t, s, r) => Outcome::Ids(r, remembered(tx, &t, s)),
+        Job::Forget(f, id, r) => Outcome::Unit(r, in_savepoint(tx, |sp| forget(sp, &f, &id))),
+    }
+}
+
+/// Runs `f` in a savepoint: on error, what it wrote is rolled back and the rest of the batch
+/// goes on.
+fn in_savepoint<T>(
+    tx: &mut Transaction<'_>,
+    f: impl FnOnce(&rusqlite::Savepoint<'_>) -> Result<T, JournalError>,
+) -> Result<T, JournalError> {
+    let sp = tx.savepoint().map_err(db)?;
+    match f(&sp) {
+        Ok(v) => {
+            sp.commit().map_err(db)?;
+            Ok(v)
+        }
+        Err(e) => {
+            // Dropping an uncommitted savepoint rolls it back.
+            drop(sp);
+            Err(e)
+        }
+    }
+}
+
+fn stored_fence(c: &Connection, type_key: &str, shard: ShardId) -> Result<Option<Epoch>, JournalError> {
+    let row: Option<(i64, i64)> = c
+        .prepare_cached("SELECT term, seq FROM shardline_fences WHERE type_key = ?1 AND shard = ?2")
+        .map_err(db)?
+        .query_row(params![type_key, shard.0], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()
+        .map_err(db)?;
+    row.map(|(t, s)| {
+        let what = format!("fence of {type_key} shard {}", shard.0);
+        Ok(Epoch { term: to_u64(t, &what, 0, "term")?, seq: to_u64(s, &what, 0, "seq")? })
+    })
+    .transpose()
+}
+
+fn check_fence(c: &Connection, f: &Fence) -> Result<(), JournalError> {
+    f.admitted_by(stored_fence(c, &f.type_key, f.shard)?)
+}
+
+fn raise_fence(c: &Connection, f: &Fence) -> Result<Epoch, JournalError> {
+    let (term, seq) = (to_i64(f.epoch.term, "term")?, to_i64(f.epoch.seq, "epoch")?);
+    c.prepare_cached(
+        "INSERT INTO shardline_fences (type_key, shard, term, seq) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (type_key, shard) DO UPDATE SET term = excluded.term, seq = excluded.seq
+         WHERE (excluded.term, excluded.seq) > (shardline_fences.term, shardline_fences.seq)",
+    )
+    .map_err(db)?
+    .execute(params![f.type_key, f.shard.0, term, seq])
+    .map_err(db)?;
+    stored_fence(c, &f.type_key, f.shard)?
+        .ok_or_else(|| JournalError::Failed(format!("the fence of {} shard {} was not stored", f.type_key, f.shard.0)))
+}
+
+fn last_seq(c: &Connection, pid: &str) -> Result<u64, JournalError> {
+    let last: Option<i64> = c
+        .prepare_cached("SELECT MAX(seq) FROM shardline_events WHERE persistence_id = ?1")
+        .map_err(db)?
+        .query_row([pid], |r| r.get(0))
+        .map_err(db)?;
+    to_u64(last.unwrap_or(0), pid, 0, "last sequence number")
+}
+
+fn append(c: &Connection, req: &AppendRequest) -> Result<u64, JournalError> {
+    check_fence(c, &req.fence)?;
+    let pid = &req.persistence_id;
+    let last = last_seq(c, pid)?;
+    if last != req.expected_seq {
+        return Err(JournalError::Conflict { persistence_id: pid.clone(), expected: req.expected_seq, actual: last });
+    }
+    let mut insert = c
+        .prepare_cached(
+            "INSERT INTO shardline_events (persistence_id, seq, type_name, schema_version, payload)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
+        .map_err(db)?;
+    for (i, e) in req.events.iter().enumerate() {
+        let seq = to_i64(last + 1 + i as u64, "sequence number")?;
+        insert.execute(params![pid, seq, e.type_name, e.schema_version, e.payload]).map_err(db)?;
+    }
+    let new_last = last + req.events.len() as u64;
+    if req.remember {
+        c.prepare_cached("INSERT OR IGNORE INTO shardline_remembered (type_key, shard, entity_id) VALUES (?1, ?2, ?3)")
+            .map_err(db)?
+            .execute(params![req.fence.type_key, req.fence.shard.0, req.entity_id])
+            .map_err(db)?;
+    }
+    if let Some(r) = &req.reply {
+        let seq = to_i64(new_last, "sequence number")?;
+        c.prepare_cached(
+            "INSERT OR REPLACE INTO shardline_replies (persistence_id, request_id, seq, reply) VALUES (?1, ?2, ?3, ?4)",
+        )
+        .map_err(db)?
+        .execute(params![pid, r.request_id, seq, r.reply])
+        .map_err(db)?;
+        let window = to_i64(req.reply_window.max(1) as u64, "reply window")?;
+        c.prepare_cached(
+            "DELETE FROM shardline_replies WHERE persistence_id = ?1 AND request_id NOT IN (
+                SELECT request_id FROM shardline_replies WHERE persistence_id = ?1
+                ORDER BY seq DESC, rowid DESC LIMIT ?2)",
+        )
+        .map_err(db)?
+        .execute(params![pid, window])
+        .map_err(db)?;
+    }
+    Ok(new_last)
+}
+
+fn read(c: &Connection, pid: &str, from: u64) -> Result<Vec<StoredEvent>, JournalError> {
+    let mut q = c
+        .prepare_cached(
+            "SELECT seq, type_name, schema_version, payload FROM shardline_events
+             WHERE persistence_id = ?1 AND seq >= ?2 ORDER BY seq",
+        )
+        .map_err(db)?;
+    let rows = q
+        .query_map(params![pid, to_i64(from, "sequence number")?], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, Vec<u8>>(3)?))
+        })
+        .map_err(db)?;
+    let mut out: Vec<StoredEvent> = Vec::new();
+    for row in rows {
+        // A row of the wrong type (text where bytes belong, say) is corrupt: name where it is.
+        let (seq, type_name, version, payload) = row.map_err(|e| JournalError::Corrupt {
+            persistence_id: pid.to_string(),
+            seq: out.last().map_or(from, |e| e.seq + 1),
+            reason: e.to_string(),
+        })?;
+        let seq = to_u64(seq, pid, 0, "sequence number")?;
+        let schema_version = u32::try_from(version).map_err(|_| JournalError::Corrupt {
+            persistence_id: pid.to_string(),
+            seq,
+            reason: format!("schema version {version} is out of range"),
+        })?;
+        out.push(StoredEvent { seq, event: EventRecord { type_name, schema_version, payload } });
+    }
+    Ok(out)
+}
+
+fn save_snapshot(c: &Connection, f: &Fence, pid: &str, s: &Snapshot) -> Result<(), JournalError> {
+    check_fence(c, f)?;
+    c.prepare_cached(
+        "INSERT INTO shardline_snapshots (persistence_id, seq, schema_version, payload) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (persistence_id) DO UPDATE SET seq = excluded.seq, schema_version = excluded.schema_version,
+            payload = excluded.payload
+         WHERE excluded.seq > shardline_snapshots.seq",
+    )
+    .map_err(db)?
+    .execute(params![pid, to_i64(s.seq, "sequence number")?, s.schema_version, s.payload])
+    .map_err(db)?;
+    Ok(())
+}
+
+fn load_snapshot(c: &Connection, pid: &str) -> Result<Option<Snapshot>, JournalError> {
+    let row: Option<(i64, i64, Vec<u8>)> = c
+        .query_row(
+            "SELECT seq, schema_version, payload FROM shardline_snapshots WHERE persistence_id = ?1",
+            [pid],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()
+        .map_err(db)?;
+    row.map(|(seq, version, payload)| {
+        let seq = to_u64(seq, pid, 0, "snapshot sequence number")?;
+        let schema_version = u32::try_from(version).map_err(|_| JournalError::Corrupt {
+            persistence_id: pid.to_string(),
+            seq,
+            reason: format!("snapshot schema version {version} is out of range"),
+        })?;
+        Ok(Snapshot { seq, schema_version, payload })
+    })
+    .transpose()
+}
+
+fn recorded_reply(c: &Connection, pid: &str, id: &str) -> Result<Option<Vec<u8>>, JournalError> {
+    c.query_row("SELECT reply FROM shardline_replies WHERE persistence_id = ?1 AND request_id = ?2", [pid, id], |r| {
+        r.get(0)
+    })
+    .optional()
+    .map_err(db)
+}
+
+fn remembered(c: &Connection, type_key: &str, shard: ShardId) -> Result<Vec<String>, JournalError> {
+    let mut q = c
+        .prepare_cached(
+            "SELECT entity_id FROM shardline_remembered WHERE type_key = ?1 AND shard = ?2 ORDER BY entity_id",
+        )
+        .map_err(db)?;
+    let rows = q.query_map(params![type_key, shard.0], |r| r.get::<_, String>(0)).map_err(db)?;
+    rows.map(|r| r.map_err(db)).collect()
+}
+
+fn forget(c: &Connection, f: &Fence, entity_id: &str) -> Result<(), JournalError> {
+    check_fence(c, f)?;
+    c.prepare_cached("DELETE FROM shardline_remembered WHERE type_key = ?1 AND shard = ?2 AND entity_id = ?3")
+        .map_err(db)?
+        .execute(params![f.type_key, f.shard.0, entity_id])
+        .map_err(db)?;
+    Ok(())
+}
+
+/// The floor the journal benchmark compares appends with: the same rows inserted raw, in
+/// transactions of `per_transaction` rows, into a table of the same shape (no fence, no sequence
+/// check), in a file of its own next to `path`. Returns how long the inserts took.
+pub fn floor_insert(
+    path: &Path,
+    rows: &[(String, u64, Vec<u8>)],
+    per_transaction: usize,
+) -> Result<Duration, JournalError> {
+    let file = path.with_extension("floor.db");
+    let _ = std::fs::remove_file(&file);
+    let mut conn = Connection::open(&file).map_err(|e| unavailable(&file, e))?;
+    conn.pragma_update(None, "journal_mode", "WAL").map_err(|e| failed(&file, e))?;
+    conn.pragma_update(None, "synchronous", "NORMAL").map_err(|e| failed(&file, e))?;
+    conn.execute_batch(
+        "CREATE TABLE floor (persistence_id TEXT NOT NULL, seq INTEGER NOT NULL, payload BLOB NOT NULL,
+            PRIMARY KEY (persistence_id, seq))",
+    )
+    .map_err(|e| failed(&file, e))?;
+    let start = std::time::Instant::now();
+    for chunk in rows.chunks(per_transaction.max(1)) {
+        let tx = conn.transaction().map_err(db)?;
+        {
+            let mut insert = tx
+                .prepare_cached("INSERT INTO floor (persistence_id, seq, payload) VALUES (?1, ?2, ?3)")
+                .map_err(db)?;
+            for (pid, seq, payload) in chunk {
+                insert.execute(params![pid, to_i64(*seq, "sequence number")?, payload]).map_err(db)?;
+            }
+        }
+        tx.commit().map_err(db)?;
+    }
+    let took = start.elapsed();
+    drop(conn);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+    }
+    Ok(took)
+}

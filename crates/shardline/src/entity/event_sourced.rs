@@ -1,0 +1,365 @@
+//! Event-sourced entities: state that is the fold of its events in a [`Journal`](crate::journal::Journal).
+//!
+//! An [`EventSourced`] type decides, for each command, which events to persist and what to
+//! answer; [`apply`](EventSourced::apply) folds an event into the state. Shardline runs it as an
+//! ordinary entity ([`Persistent`]) that
+//!
+//! - recovers on the first command, from the latest snapshot and the events after it;
+//! - appends the command's events, fenced by its shard's epoch and with the sequence number it
+//!   last saw, and answers only once they are durable;
+//! - records the reply with the events when the ask carries a request id, so that a retry (after
+//!   a timeout, a failover, a move) gets the recorded reply and changes nothing;
+//! - writes a snapshot every [`EventSourcedSettings::snapshot_every`] events.
+//!
+//! Its state survives moves and crashes alike: a new owner reads it back from the journal.
+//!
+//! ```
+//! use serde::{Deserialize, Serialize};
+//! use shardline::entity::EventSourced;
+//! use shardline::EntityId;
+//!
+//! #[derive(Default, Serialize, Deserialize)]
+//! struct Counter { n: u64 }
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct Added(u64);
+//!
+//! impl EventSourced for Counter {
+//!     type Command = u64;
+//!     type Event = Added;
+//!     type Reply = u64;
+//!     const EVENT_TYPE: &'static str = "counter.added";
+//!     fn empty(_id: &EntityId) -> Self { Counter::default() }
+//!     fn apply(&mut self, Added(k): &Added) { self.n += k; }
+//!     fn decide(&self, k: u64) -> (Vec<Added>, u64) { (vec![Added(k)], self.n + k) }
+//! }
+//! ```
+
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use shardline_core::EntityId;
+use tracing::warn;
+
+use super::{Entity, EntityContext};
+use crate::cluster::EntityHandle;
+use crate::error::Error;
+use crate::journal::{AppendRequest, EventRecord, JournalError, RecordedReply, Snapshot};
+
+/// State that is the fold of its events. See the [module docs](self).
+pub trait EventSourced: Serialize + DeserializeOwned + Sized + Send + 'static {
+    /// What it is asked to do.
+    type Command: Serialize + DeserializeOwned + Send + 'static;
+    /// What it persists.
+    type Event: Serialize + DeserializeOwned + Send + 'static;
+    /// What it answers.
+    type Reply: Serialize + DeserializeOwned + Send + 'static;
+
+    /// The type name stored with every event; a reader refuses events of another name.
+    const EVENT_TYPE: &'static str;
+    /// The schema version stored with every event and snapshot; a reader refuses newer ones.
+    const SCHEMA_VERSION: u32 = 1;
+
+    /// The state before any event.
+    fn empty(id: &EntityId) -> Self;
+
+    /// Folds one event into the state.
+    fn apply(&mut self, event: &Self::Event);
+
+    /// Decides what a command does: the events to persist (none for a read) and the reply, which
+    /// the caller gets only once the events are durable.
+    fn decide(&self, command: Self::Command) -> (Vec<Self::Event>, Self::Reply);
+}
+
+/// Settings of an event-sourced type, on top of its [`EntitySettings`](super::EntitySettings).
+#[derive(Clone, Copy, Debug)]
+pub struct EventSourcedSettings {
+    /// Write a snapshot after this many events (0: never).
+    pub snapshot_every: u64,
+    /// Replies kept per entity for retried requests.
+    pub reply_window: usize,
+}
+
+impl Default for EventSourcedSettings {
+    /// A snapshot every 100 events; the last 64 replies per entity.
+    fn default() -> Self {
+        EventSourcedSettings { snapshot_every: 100, reply_window: 64 }
+    }
+}
+
+/// A command on its way to a [`Persistent`] entity, with the request id that makes retries safe.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Persist<C> {
+    /// Identifies the logical request across retries (None: not recorded).
+    pub request_id: Option<String>,
+    /// The command.
+    pub command: C,
+}
+
+/// Why a command of an event-sourced entity failed; each says whether it was applied.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum PersistError {
+    /// The journal could not be reached, refused the write as fenced (this node no longer owns
+    /// the shard), or another writer appended first. Nothing was applied: resending is safe.
+    #[error("not applied: {0}")]
+    NotApplied(String),
+    /// The journal lost its connection while committing: the events may be stored. Resending
+    /// with the same request id is safe (it returns the recorded reply if they were).
+    #[error("outcome unknown: {0}")]
+    Unknown(String),
+    /// The entity's history cannot be read (corrupt, or from a newer schema); nothing was
+    /// applied, and resending will not help until it is repaired.
+    #[error("history unreadable: {0}")]
+    Unreadable(String),
+}
+
+impl From<PersistError> for Error {
+    fn from(e: PersistError) -> Error {
+        match e {
+            PersistError::NotApplied(m) => Error::Unavailable(m),
+            PersistError::Unknown(m) => Error::OutcomeUnknown(m),
+            PersistError::Unreadable(m) => Error::Rejected(m),
+        }
+    }
+}
+
+fn journal_error(e: JournalError) -> PersistError {
+    match e {
+        JournalError::CommitUnknown(m) => PersistError::Unknown(m),
+        e @ JournalError::Corrupt { .. } => PersistError::Unreadable(e.to_string()),
+        e => PersistError::NotApplied(e.to_string()),
+    }
+}
+
+/// The entity that runs an [`EventSourced`] type.
+pub struct Persistent<T: EventSourced> {
+    id: EntityId,
+    /// The state and the sequence number of the last event folded in; None until recovered.
+    state: Option<(T, u64)>,
+    /// Sequence number of the latest snapshot.
+    snapshot_at: u64,
+}
+
+/// The persistence id of an entity: its type and id.
+pub fn persistence_id(type_key: &str, id: &str) -> String {
+    format!("{type_key}|{id}")
+}
+
+impl<T: EventSourced> Persistent<T> {
+    async fn recover(&mut self, ctx: &EntityContext, pid: &str) -> Result<(), PersistError> {
+        let journal = ctx.journal().ok_or_else(|| PersistError::Unreadable("no journal".into()))?;
+        let (mut state, mut last) = match journal.load_snapshot(pid).await.map_err(journal_error)? {
+            Some(s) if s.schema_version > T::SCHEMA_VERSION => {
+                return Err(PersistError::Unreadable(format!(
+                    "{pid}: snapshot at {} has schema version {}, newer than {}",
+                    s.seq,
+                    s.schema_version,
+                    T::SCHEMA_VERSION
+                )));
+            }
+            Some(s) => {
+                let state = postcard::from_bytes(&s.payload).map_err(|e| {
+                    PersistError::Unreadable(format!("{pid}: snapshot at {} cannot be decoded: {e}", s.seq))
+                })?;
+                self.snapshot_at = s.seq;
+                (state, s.seq)
+            }
+            None => (T::empty(&self.id), 0),
+        };
+        for stored in journal.read(pid, last + 1).await.map_err(journal_error)? {
+            let e = &stored.event;
+            if e.type_name != T::EVENT_TYPE || e.schema_version > T::SCHEMA_VERSION {
+                return Err(PersistError::Unreadable(format!(
+                    "{pid} event {}: unknown type {:?} version {}",
+                    stored.seq, e.type_name, e.schema_version
+                )));
+            }
+            if stored.seq != last + 1 {
+                return Err(PersistError::Unreadable(format!("{pid}: event {} follows {last}", stored.seq)));
+            }
+            let event: T::Event = postcard::from_bytes(&e.payload).map_err(|err| {
+                PersistError::Unreadable(format!("{pid} event {}: cannot be decoded: {err}", stored.seq))
+            })?;
+            state.apply(&event);
+            last = stored.seq;
+        }
+        self.state = Some((state, last));
+        Ok(())
+    }
+
+    async fn run(&mut self, ctx: &EntityContext, msg: Persist<T::Command>) -> Result<T::Reply, PersistError> {
+        ctx.claim_shard().await.map_err(journal_error)?;
+        let journal = ctx.journal().ok_or_else(|| PersistError::Unreadable("no journal".into()))?.clone();
+        let pid = persistence_id(ctx.type_key(), self.id.as_str());
+        if let Some(rid) = &msg.request_id {
+            if let Some(bytes) = journal.recorded_reply(&pid, rid).await.map_err(journal_error)? {
+                // Handled before: its reply, and nothing applied again.
+                return postcard::from_bytes(&bytes)
+                    .map_err(|e| PersistError::Unreadable(format!("{pid}: recorded reply of {rid}: {e}")));
+            }
+        }
+        if self.state.is_none() {
+            self.recover(ctx, &pid).await?;
+        }
+        let Some((state, last)) = self.state.as_ref() else {
+            return Err(PersistError::Unreadable(format!("{pid}: not recovered")));
+        };
+        let last = *last;
+        let (events, reply) = state.decide(msg.command);
+        if events.is_empty() {
+            // A read changes nothing: answering it again is harmless, so nothing is recorded.
+            return Ok(reply);
+        }
+        let mut records = Vec::with_capacity(events.len());
+        for e in &events {
+            let payload = postcard::to_allocvec(e)
+                .map_err(|err| PersistError::NotApplied(format!("{pid}: an event cannot be encoded: {err}")))?;
+            records.push(EventRecord { type_name: T::EVENT_TYPE.into(), schema_version: T::SCHEMA_VERSION, payload });
+        }
+        let recorded = match &msg.request_id {
+            Some(rid) => Some(RecordedReply {
+                request_id: rid.clone(),
+                reply: postcard::to_allocvec(&reply)
+                    .map_err(|e| PersistError::NotApplied(format!("{pid}: the reply cannot be encoded: {e}")))?,
+            }),
+            None => None,
+        };
+        let request = AppendRequest {
+            fence: ctx.fence(),
+            persistence_id: pid.clone(),
+            entity_id: self.id.as_str().to_string(),
+            expected_seq: last,
+            events: records,
+            remember: ctx.persistence.remember.is_some(),
+            reply: recorded,
+            reply_window: ctx.persistence.event_sourced.reply_window.max(1),
+        };
+        match journal.append(request).await {
+            Ok(new_last) => {
+                if let Some((state, last)) = self.state.as_mut() {
+                    for e in &events {
+                        state.apply(e);
+                    }
+                    *last = new_last;
+                }
+                self.maybe_snapshot(ctx, &pid, ctx.persistence.event_sourced.snapshot_every).await;
+                Ok(reply)
+            }
+            Err(e) => {
+                // Whatever we hold may be stale now (another writer, or an unknown commit):
+                // read it back before the next command.
+                self.state = None;
+                Err(journal_error(e))
+            }
+        }
+    }
+
+    async fn maybe_snapshot(&mut self, ctx: &EntityContext, pid: &str, every: u64) {
+        let Some((state, last)) = self.state.as_ref() else { return };
+        if every == 0 || *last < self.snapshot_at + every {
+            return;
+        }
+        let Some(journal) = ctx.journal() else { return };
+        let payload = match postcard::to_allocvec(state) {
+            Ok(p) => p,
+            Err(e) => {
+                warn!(%pid, error = %e, "state cannot be encoded: no snapshot");
+                return;
+            }
+        };
+        let snapshot = Snapshot { seq: *last, schema_version: T::SCHEMA_VERSION, payload };
+        let seq = snapshot.seq;
+        // A snapshot is an optimisation: failing to write one loses nothing.
+        match journal.save_snapshot(&ctx.fence(), pid, snapshot).await {
+            Ok(()) => self.snapshot_at = seq,
+            Err(e) => warn!(%pid, error = %e, "snapshot not written"),
+        }
+    }
+}
+
+impl<T: EventSourced> Entity for Persistent<T> {
+    type Message = Persist<T::Command>;
+    type Reply = Result<T::Reply, PersistError>;
+
+    fn new(id: &EntityId) -> Self {
+        Persistent { id: id.clone(), state: None, snapshot_at: 0 }
+    }
+
+    async fn handle(&mut self, ctx: &mut EntityContext, msg: Persist<T::Command>) -> Result<T::Reply, PersistError> {
+        self.run(ctx, msg).await
+    }
+
+    /// A remembered entity woken by its shard's start recovers at once.
+    async fn started(&mut self, ctx: &mut EntityContext) {
+        if self.state.is_some() || ctx.persistence.remember.is_none() {
+            return;
+        }
+        let pid = persistence_id(ctx.type_key(), self.id.as_str());
+        if let Err(e) = ctx.claim_shard().await {
+            warn!(%pid, error = %e, "not recovered: the shard is not claimed");
+            return;
+        }
+        if let Err(e) = self.recover(ctx, &pid).await {
+            warn!(%pid, error = %e, "not recovered");
+        }
+    }
+}
+
+/// The handle of a registered event-sourced type.
+pub struct EventSourcedHandle<T: EventSourced> {
+    pub(crate) inner: EntityHandle<Persistent<T>>,
+    pub(crate) _t: PhantomData<fn() -> T>,
+}
+
+impl<T: EventSourced> Clone for EventSourcedHandle<T> {
+    fn clone(&self) -> Self {
+        EventSourcedHandle { inner: self.inner.clone(), _t: PhantomData }
+    }
+}
+
+/// A request id unique across the nodes of a cluster and their restarts.
+fn fresh_request_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    static START: std::sync::OnceLock<u128> = std::sync::OnceLock::new();
+    let start = START.get_or_init(|| SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    format!("{start:x}-{}-{:x}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+impl<T: EventSourced> EventSourcedHandle<T> {
+    /// The untyped entity handle (shards, homes, counts).
+    pub fn entities(&self) -> &EntityHandle<Persistent<T>> {
+        &self.inner
+    }
+
+    /// Sends a command to entity `id` and waits until its events are durable. The ask gets a
+    /// fresh request id: the runtime's own resends (a bounce, a move) cannot apply it twice.
+    pub async fn ask(&self, id: impl AsRef<str>, command: T::Command) -> Result<T::Reply, Error> {
+        self.ask_with_request_id(id, command, fresh_request_id()).await
+    }
+
+    /// [`ask`](Self::ask) with a request id of the caller's: asking again with the same id
+    /// (after a timeout, say) applies the command at most once and returns the first reply.
+    pub async fn ask_with_request_id(
+        &self,
+        id: impl AsRef<str>,
+        command: T::Command,
+        request_id: impl Into<String>,
+    ) -> Result<T::Reply, Error> {
+        self.ask_timeout(id, command, Some(request_id.into()), self.inner.ask_timeout()).await
+    }
+
+    /// A command with an optional request id (None: not recorded) and a timeout.
+    pub async fn ask_timeout(
+        &self,
+        id: impl AsRef<str>,
+        command: T::Command,
+        request_id: Option<String>,
+        timeout: Duration,
+    ) -> Result<T::Reply, Error> {
+        let msg = Persist { request_id, command };
+        Ok(self.inner.entity_ref(id).ask_timeout(msg, timeout).await??)
+    }
+}

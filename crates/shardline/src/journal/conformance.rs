@@ -1,0 +1,302 @@
+//! The conformance suite every [`Journal`] must pass: the in-memory journal here, SQLite and
+//! PostgreSQL against real databases in their crates. Each check names its persistence ids and
+//! entity types under `prefix`, so the suite can run on a database that holds other data, and
+//! returns a description of the first broken promise.
+
+use std::sync::Arc;
+
+use shardline_core::{Epoch, ShardId};
+
+use super::{AppendRequest, EventRecord, Fence, Journal, JournalError, RecordedReply, Snapshot};
+
+/// The result of a check.
+pub type Check = Result<(), String>;
+
+macro_rules! ensure {
+    ($cond:expr, $($msg:tt)*) => {
+        if !$cond {
+            return Err(format!($($msg)*));
+        }
+    };
+}
+
+fn e(term: u64, seq: u64) -> Epoch {
+    Epoch { term, seq }
+}
+
+fn fence(type_key: &str, shard: u32, epoch: Epoch) -> Fence {
+    Fence { type_key: type_key.to_string(), shard: ShardId(shard), epoch }
+}
+
+fn event(i: u64) -> EventRecord {
+    // Bytes that a text column would mangle: zeros, high bytes.
+    EventRecord {
+        type_name: format!("Deposited{}", i % 3),
+        schema_version: 1 + (i % 2) as u32,
+        payload: vec![0, 255, i as u8, 0],
+    }
+}
+
+/// An append of `n` events after `expected`, with nothing else.
+pub fn append(f: &Fence, pid: &str, expected: u64, n: u64) -> AppendRequest {
+    AppendRequest {
+        fence: f.clone(),
+        persistence_id: pid.to_string(),
+        entity_id: pid.rsplit('|').next().unwrap_or(pid).to_string(),
+        expected_seq: expected,
+        events: (expected + 1..=expected + n).map(event).collect(),
+        remember: false,
+        reply: None,
+        reply_window: 8,
+    }
+}
+
+/// Runs every check.
+pub async fn run_all(journal: Arc<dyn Journal>, prefix: &str) -> Check {
+    let j = &*journal;
+    fences_refuse_older_epochs(j, &format!("{prefix}-fence")).await?;
+    sequence_numbers_conflict_never_duplicate(journal.clone(), &format!("{prefix}-seq")).await?;
+    events_keep_their_type_version_and_bytes(j, &format!("{prefix}-bytes")).await?;
+    snapshots_keep_the_latest(j, &format!("{prefix}-snap")).await?;
+    remembered_entities_follow_their_appends(j, &format!("{prefix}-remember")).await?;
+    replies_are_recorded_with_their_events(j, &format!("{prefix}-reply")).await?;
+    concurrent_writers_keep_each_history_linear(journal.clone(), &format!("{prefix}-many")).await?;
+    concurrent_appends_record_and_remember(journal.clone(), &format!("{prefix}-many-replies")).await?;
+    Ok(())
+}
+
+fn is_fenced(r: &Result<impl std::fmt::Debug, JournalError>) -> bool {
+    matches!(r, Err(JournalError::Fenced { .. }))
+}
+
+/// A write carrying an epoch older than the stored fence is refused, and writes nothing; the
+/// fence never goes down; a shard whose fence was never raised takes no write.
+pub async fn fences_refuse_older_epochs(j: &dyn Journal, t: &str) -> Check {
+    let pid = format!("{t}|a");
+    let (old, new) = (fence(t, 3, e(1, 4)), fence(t, 3, e(2, 1)));
+    let never = fence(t, 4, e(9, 9));
+    ensure!(is_fenced(&j.append(append(&never, &pid, 0, 1)).await), "a write to a shard never fenced was taken");
+    ensure!(j.raise_fence(&old).await.map_err(|e| e.to_string())? == e(1, 4), "raise returned another fence");
+    let last = j.append(append(&old, &pid, 0, 2)).await.map_err(|e| e.to_string())?;
+    ensure!(last == 2, "two events after none: last is {last}");
+    ensure!(j.raise_fence(&new).await.map_err(|e| e.to_string())? == e(2, 1), "raise to a newer epoch");
+    // Raising to an older epoch keeps the newer one, and says so.
+    ensure!(j.raise_fence(&old).await.map_err(|e| e.to_string())? == e(2, 1), "a fence went down");
+    let r = j.append(append(&old, &pid, 2, 1)).await;
+    ensure!(is_fenced(&r), "an append at an older epoch was not fenced: {r:?}");
+    let snap = Snapshot { seq: 2, schema_version: 1, payload: vec![1] };
+    ensure!(is_fenced(&j.save_snapshot(&old, &pid, snap).await), "a snapshot at an older epoch was taken");
+    ensure!(is_fenced(&j.forget(&old, "a").await), "a forget at an older epoch was taken");
+    let events = j.read(&pid, 1).await.map_err(|e| e.to_string())?;
+    ensure!(events.len() == 2, "the fenced append wrote something: {} events", events.len());
+    let last = j.append(append(&new, &pid, 2, 1)).await.map_err(|e| e.to_string())?;
+    ensure!(last == 3, "the new owner appends after the old history: last is {last}");
+    Ok(())
+}
+
+/// A stale expected sequence number is a conflict, and of many writers racing with the same
+/// expectation exactly one wins.
+pub async fn sequence_numbers_conflict_never_duplicate(journal: Arc<dyn Journal>, t: &str) -> Check {
+    let j = &*journal;
+    let f = fence(t, 0, e(1, 1));
+    j.raise_fence(&f).await.map_err(|e| e.to_string())?;
+    let pid = format!("{t}|a");
+    j.append(append(&f, &pid, 0, 3)).await.map_err(|e| e.to_string())?;
+    match j.append(append(&f, &pid, 1, 1)).await {
+        Err(JournalError::Conflict { expected: 1, actual: 3, .. }) => {}
+        other => return Err(format!("a stale expected sequence number gave {other:?}")),
+    }
+    let tail = j.read(&pid, 2).await.map_err(|e| e.to_string())?;
+    ensure!(tail.iter().map(|e| e.seq).collect::<Vec<_>>() == vec![2, 3], "read from 2: {tail:?}");
+    ensure!(tail[0].event == event(2), "event 2 read back as {:?}", tail[0].event);
+    let mut racers = Vec::new();
+    for _ in 0..8 {
+        let (journal, f, pid) = (journal.clone(), f.clone(), pid.clone());
+        racers.push(tokio::spawn(async move { journal.append(append(&f, &pid, 3, 2)).await }));
+    }
+    let mut won = 0;
+    for r in racers {
+        match r.await.map_err(|e| e.to_string())? {
+            Ok(5) => won += 1,
+            Ok(other) => return Err(format!("a racer's append ended at {other}")),
+            Err(JournalError::Conflict { .. }) => {}
+            Err(other) => return Err(format!("a racer failed with {other}")),
+        }
+    }
+    ensure!(won == 1, "{won} of 8 racing appends won");
+    let all = j.read(&pid, 1).await.map_err(|e| e.to_string())?;
+    ensure!(
+        all.iter().map(|e| e.seq).eq(1..=5),
+        "history is not 1..=5: {:?}",
+        all.iter().map(|e| e.seq).collect::<Vec<_>>()
+    );
+    Ok(())
+}
+
+/// Type names, schema versions and payload bytes come back as written.
+pub async fn events_keep_their_type_version_and_bytes(j: &dyn Journal, t: &str) -> Check {
+    let f = fence(t, 1, e(1, 1));
+    j.raise_fence(&f).await.map_err(|e| e.to_string())?;
+    let pid = format!("{t}|a");
+    let mut req = append(&f, &pid, 0, 0);
+    req.events = vec![
+        EventRecord { type_name: "Opened".into(), schema_version: 3, payload: Vec::new() },
+        EventRecord { type_name: "Ünïcode ✓".into(), schema_version: u32::MAX, payload: (0..=255).collect() },
+    ];
+    let written = req.events.clone();
+    j.append(req).await.map_err(|e| e.to_string())?;
+    let read: Vec<EventRecord> =
+        j.read(&pid, 1).await.map_err(|e| e.to_string())?.into_iter().map(|e| e.event).collect();
+    ensure!(read == written, "events read back differ: {read:?}");
+    ensure!(j.read(&format!("{t}|none"), 1).await.map_err(|e| e.to_string())?.is_empty(), "an unknown id has events");
+    Ok(())
+}
+
+/// The latest snapshot wins; an older one does not replace it.
+pub async fn snapshots_keep_the_latest(j: &dyn Journal, t: &str) -> Check {
+    let f = fence(t, 2, e(1, 1));
+    j.raise_fence(&f).await.map_err(|e| e.to_string())?;
+    let pid = format!("{t}|a");
+    ensure!(j.load_snapshot(&pid).await.map_err(|e| e.to_string())?.is_none(), "a snapshot before any was saved");
+    let s10 = Snapshot { seq: 10, schema_version: 2, payload: vec![0, 10, 255] };
+    let s5 = Snapshot { seq: 5, schema_version: 2, payload: vec![5] };
+    j.save_snapshot(&f, &pid, s10.clone()).await.map_err(|e| e.to_string())?;
+    j.save_snapshot(&f, &pid, s5).await.map_err(|e| e.to_string())?;
+    let got = j.load_snapshot(&pid).await.map_err(|e| e.to_string())?;
+    ensure!(got.as_ref() == Some(&s10), "latest snapshot: {got:?}");
+    Ok(())
+}
+
+/// An append can remember its entity in its shard; a failed append remembers nothing; `forget`
+/// removes it.
+pub async fn remembered_entities_follow_their_appends(j: &dyn Journal, t: &str) -> Check {
+    let f = fence(t, 7, e(1, 1));
+    j.raise_fence(&f).await.map_err(|e| e.to_string())?;
+    let mut req = append(&f, &format!("{t}|a"), 0, 1);
+    req.remember = true;
+    j.append(req).await.map_err(|e| e.to_string())?;
+    let mut stale = append(&f, &format!("{t}|b"), 5, 1);
+    stale.remember = true;
+    ensure!(matches!(j.append(stale).await, Err(JournalError::Conflict { .. })), "a stale append to b succeeded");
+    let mut only_remember = append(&f, &format!("{t}|c"), 0, 0);
+    only_remember.remember = true;
+    j.append(only_remember).await.map_err(|e| e.to_string())?;
+    let mut got = j.remembered(t, ShardId(7)).await.map_err(|e| e.to_string())?;
+    got.sort();
+    ensure!(got == vec!["a".to_string(), "c".to_string()], "remembered in shard 7: {got:?}");
+    ensure!(j.remembered(t, ShardId(8)).await.map_err(|e| e.to_string())?.is_empty(), "shard 8 remembers something");
+    j.forget(&f, "a").await.map_err(|e| e.to_string())?;
+    let got = j.remembered(t, ShardId(7)).await.map_err(|e| e.to_string())?;
+    ensure!(got == vec!["c".to_string()], "after forgetting a: {got:?}");
+    Ok(())
+}
+
+/// A reply is recorded with its events, found again by its request id, and dropped once it
+/// falls out of the window; a failed append records nothing.
+pub async fn replies_are_recorded_with_their_events(j: &dyn Journal, t: &str) -> Check {
+    let f = fence(t, 0, e(1, 1));
+    j.raise_fence(&f).await.map_err(|e| e.to_string())?;
+    let pid = format!("{t}|a");
+    for i in 0..5u64 {
+        let mut req = append(&f, &pid, i, 1);
+        req.reply = Some(RecordedReply { request_id: format!("req-{i}"), reply: vec![i as u8, 0, 255] });
+        req.reply_window = 3;
+        j.append(req).await.map_err(|e| e.to_string())?;
+    }
+    let get = |id: &str| j.recorded_reply(&pid, id);
+    ensure!(get("req-4").await.map_err(|e| e.to_string())? == Some(vec![4, 0, 255]), "the newest reply is missing");
+    ensure!(get("req-2").await.map_err(|e| e.to_string())?.is_some(), "a reply inside the window of 3 is missing");
+    ensure!(get("req-1").await.map_err(|e| e.to_string())?.is_none(), "a reply outside the window of 3 is kept");
+    let mut failed = append(&f, &pid, 1, 1);
+    failed.reply = Some(RecordedReply { request_id: "req-x".into(), reply: vec![9] });
+    ensure!(j.append(failed).await.is_err(), "a stale append succeeded");
+    ensure!(get("req-x").await.map_err(|e| e.to_string())?.is_none(), "a failed append recorded its reply");
+    Ok(())
+}
+
+/// Many writers at once (what a database may group into one transaction): each persistence id
+/// gets its own gap-free history in the order its writer appended.
+pub async fn concurrent_writers_keep_each_history_linear(journal: Arc<dyn Journal>, t: &str) -> Check {
+    let f = fence(t, 0, e(1, 1));
+    journal.raise_fence(&f).await.map_err(|e| e.to_string())?;
+    let mut writers = Vec::new();
+    for w in 0..32 {
+        let (journal, f) = (journal.clone(), f.clone());
+        let pid = format!("{t}|w{w}");
+        writers.push(tokio::spawn(async move {
+            for i in 0..10u64 {
+                let mut req = append(&f, &pid, i, 1);
+                req.events[0].payload = vec![w as u8, i as u8];
+                journal.append(req).await.map_err(|e| format!("{pid} append {i}: {e}"))?;
+            }
+            let got = journal.read(&pid, 1).await.map_err(|e| e.to_string())?;
+            let want: Vec<(u64, Vec<u8>)> = (0..10u64).map(|i| (i + 1, vec![w as u8, i as u8])).collect();
+            let got: Vec<(u64, Vec<u8>)> = got.into_iter().map(|e| (e.seq, e.event.payload)).collect();
+            if got != want {
+                return Err(format!("{pid}: {got:?}"));
+            }
+            Ok::<(), String>(())
+        }));
+    }
+    for w in writers {
+        w.await.map_err(|e| e.to_string())??;
+    }
+    Ok(())
+}
+
+/// Replies and remembered entities are kept the same way when many appends go at once (what a
+/// database may run as one batch or one pipeline), and of racing appends only the winner's reply
+/// is recorded.
+pub async fn concurrent_appends_record_and_remember(journal: Arc<dyn Journal>, t: &str) -> Check {
+    let f = fence(t, 5, e(1, 1));
+    journal.raise_fence(&f).await.map_err(|e| e.to_string())?;
+    let mut writers = Vec::new();
+    for w in 0..16u64 {
+        let (journal, f) = (journal.clone(), f.clone());
+        let pid = format!("{t}|w{w}");
+        writers.push(tokio::spawn(async move {
+            for i in 0..5u64 {
+                let mut req = append(&f, &pid, i, 1);
+                req.remember = true;
+                req.reply = Some(RecordedReply { request_id: format!("req-{i}"), reply: vec![w as u8, i as u8] });
+                req.reply_window = 3;
+                journal.append(req).await.map_err(|e| format!("{pid} append {i}: {e}"))?;
+            }
+            for i in 0..5u64 {
+                let got = journal.recorded_reply(&pid, &format!("req-{i}")).await.map_err(|e| e.to_string())?;
+                let want = (i >= 2).then(|| vec![w as u8, i as u8]);
+                if got != want {
+                    return Err(format!("{pid} req-{i}: {got:?}, want {want:?}"));
+                }
+            }
+            Ok::<(), String>(())
+        }));
+    }
+    for w in writers {
+        w.await.map_err(|e| e.to_string())??;
+    }
+    let remembered = journal.remembered(t, ShardId(5)).await.map_err(|e| e.to_string())?;
+    ensure!(remembered.len() == 16, "remembered after concurrent appends: {remembered:?}");
+    let pid = format!("{t}|race");
+    let mut racers = Vec::new();
+    for r in 0..8u64 {
+        let (journal, f, pid) = (journal.clone(), f.clone(), pid.clone());
+        racers.push(tokio::spawn(async move {
+            let mut req = append(&f, &pid, 0, 1);
+            req.reply = Some(RecordedReply { request_id: format!("racer-{r}"), reply: vec![r as u8] });
+            journal.append(req).await.is_ok()
+        }));
+    }
+    let mut won = Vec::new();
+    for (r, h) in racers.into_iter().enumerate() {
+        if h.await.map_err(|e| e.to_string())? {
+            won.push(r);
+        }
+    }
+    ensure!(won.len() == 1, "{} racers won", won.len());
+    for r in 0..8u64 {
+        let got = journal.recorded_reply(&pid, &format!("racer-{r}")).await.map_err(|e| e.to_string())?;
+        ensure!(got.is_some() == (won[0] == r as usize), "racer-{r}'s reply: {got:?} (winner {})", won[0]);
+    }
+    Ok(())
+}

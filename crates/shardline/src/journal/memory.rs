@@ -1,0 +1,165 @@
+//! `InMemoryJournal`: the journal's semantics in a map, for tests and single-process use. It can
+//! be switched "down" to test what callers do when the database is unreachable.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use shardline_core::{Epoch, ShardId};
+
+use super::{AppendRequest, BoxFuture, Fence, Journal, JournalError, Snapshot, StoredEvent};
+
+#[derive(Default)]
+struct Tables {
+    fences: HashMap<(String, ShardId), Epoch>,
+    events: HashMap<String, Vec<StoredEvent>>,
+    snapshots: HashMap<String, Snapshot>,
+    /// Per persistence id: (sequence number at recording, request id) → reply, oldest first.
+    replies: HashMap<String, BTreeMap<(u64, String), Vec<u8>>>,
+    remembered: HashMap<(String, ShardId), BTreeSet<String>>,
+}
+
+impl Tables {
+    /// The fence check every write makes first.
+    fn check_fence(&self, fence: &Fence) -> Result<(), JournalError> {
+        fence.admitted_by(self.fences.get(&(fence.type_key.clone(), fence.shard)).copied())
+    }
+}
+
+/// A journal in memory. Cheap to clone; clones share their contents.
+#[derive(Clone, Default)]
+pub struct InMemoryJournal {
+    tables: Arc<Mutex<Tables>>,
+    down: Arc<AtomicBool>,
+}
+
+impl InMemoryJournal {
+    /// An empty journal.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// While down, every call fails with [`JournalError::Unavailable`] and changes nothing.
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, Ordering::Release);
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Tables) -> Result<T, JournalError>) -> Result<T, JournalError> {
+        if self.down.load(Ordering::Acquire) {
+            return Err(JournalError::Unavailable("in-memory journal is down".into()));
+        }
+        let mut t = self.tables.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut t)
+    }
+}
+
+impl Journal for InMemoryJournal {
+    fn raise_fence(&self, fence: &Fence) -> BoxFuture<'_, Result<Epoch, JournalError>> {
+        let r = self.with(|t| {
+            let stored = t.fences.entry((fence.type_key.clone(), fence.shard)).or_insert(fence.epoch);
+            *stored = (*stored).max(fence.epoch);
+            Ok(*stored)
+        });
+        Box::pin(async move { r })
+    }
+
+    fn append(&self, request: AppendRequest) -> BoxFuture<'_, Result<u64, JournalError>> {
+        let r = self.with(|t| {
+            t.check_fence(&request.fence)?;
+            let pid = request.persistence_id.clone();
+            let last = t.events.get(&pid).and_then(|e| e.last()).map_or(0, |e| e.seq);
+            if last != request.expected_seq {
+                return Err(JournalError::Conflict {
+                    persistence_id: pid,
+                    expected: request.expected_seq,
+                    actual: last,
+                });
+            }
+            let events = t.events.entry(pid.clone()).or_default();
+            for (i, event) in request.events.into_iter().enumerate() {
+                events.push(StoredEvent { seq: last + 1 + i as u64, event });
+            }
+            let new_last = events.last().map_or(0, |e| e.seq);
+            if request.remember {
+                let key = (request.fence.type_key.clone(), request.fence.shard);
+                t.remembered.entry(key).or_default().insert(request.entity_id.clone());
+            }
+            if let Some(r) = request.reply {
+                let replies = t.replies.entry(pid).or_default();
+                replies.retain(|(_, id), _| *id != r.request_id);
+                replies.insert((new_last, r.request_id), r.reply);
+                while replies.len() > request.reply_window.max(1) {
+                    replies.pop_first();
+                }
+            }
+            Ok(new_last)
+        });
+        Box::pin(async move { r })
+    }
+
+    fn read(&self, persistence_id: &str, from: u64) -> BoxFuture<'_, Result<Vec<StoredEvent>, JournalError>> {
+        let r = self.with(|t| {
+            Ok(t.events
+                .get(persistence_id)
+                .map(|e| e.iter().filter(|e| e.seq >= from).cloned().collect())
+                .unwrap_or_default())
+        });
+        Box::pin(async move { r })
+    }
+
+    fn save_snapshot(
+        &self,
+        fence: &Fence,
+        persistence_id: &str,
+        snapshot: Snapshot,
+    ) -> BoxFuture<'_, Result<(), JournalError>> {
+        let r = self.with(|t| {
+            t.check_fence(fence)?;
+            let newer = t.snapshots.get(persistence_id).is_none_or(|s| s.seq < snapshot.seq);
+            if newer {
+                t.snapshots.insert(persistence_id.to_string(), snapshot);
+            }
+            Ok(())
+        });
+        Box::pin(async move { r })
+    }
+
+    fn load_snapshot(&self, persistence_id: &str) -> BoxFuture<'_, Result<Option<Snapshot>, JournalError>> {
+        let r = self.with(|t| Ok(t.snapshots.get(persistence_id).cloned()));
+        Box::pin(async move { r })
+    }
+
+    fn recorded_reply(
+        &self,
+        persistence_id: &str,
+        request_id: &str,
+    ) -> BoxFuture<'_, Result<Option<Vec<u8>>, JournalError>> {
+        let r = self.with(|t| {
+            Ok(t.replies
+                .get(persistence_id)
+                .and_then(|m| m.iter().find(|((_, id), _)| id == request_id).map(|(_, r)| r.clone())))
+        });
+        Box::pin(async move { r })
+    }
+
+    fn remembered(&self, type_key: &str, shard: ShardId) -> BoxFuture<'_, Result<Vec<String>, JournalError>> {
+        let r = self.with(|t| {
+            Ok(t.remembered
+                .get(&(type_key.to_string(), shard))
+                .map(|s| s.iter().cloned().collect())
+                .unwrap_or_default())
+        });
+        Box::pin(async move { r })
+    }
+
+    fn forget(&self, fence: &Fence, entity_id: &str) -> BoxFuture<'_, Result<(), JournalError>> {
+        let r = self.with(|t| {
+            t.check_fence(fence)?;
+            if let Some(s) = t.remembered.get_mut(&(fence.type_key.clone(), fence.shard)) {
+                s.remove(entity_id);
+            }
+            Ok(())
+        });
+        Box::pin(async move { r })
+    }
+}

@@ -1,0 +1,228 @@
+//! Event-sourced entities on a shared journal: state that survives a crash, fencing by the
+//! journal, exactly-once retried asks, snapshots, and a journal that is down.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{eventually, logs};
+use serde::{Deserialize, Serialize};
+use shardline::journal::conformance::append;
+use shardline::journal::{EventRecord, Fence, InMemoryJournal, Journal};
+use shardline::{
+    Cluster, EntityId, EntitySettings, Epoch, Error, EventSourced, EventSourcedHandle, EventSourcedSettings, Seeds,
+};
+
+#[derive(Default, Serialize, Deserialize)]
+struct Tally {
+    n: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum TallyCmd {
+    Add(u64),
+    Get,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Added(u64);
+
+impl EventSourced for Tally {
+    type Command = TallyCmd;
+    type Event = Added;
+    type Reply = u64;
+    const EVENT_TYPE: &'static str = "tally.added";
+
+    fn empty(_id: &EntityId) -> Self {
+        Tally::default()
+    }
+
+    fn apply(&mut self, Added(k): &Added) {
+        self.n += k;
+    }
+
+    fn decide(&self, command: TallyCmd) -> (Vec<Added>, u64) {
+        match command {
+            TallyCmd::Add(k) => (vec![Added(k)], self.n + k),
+            TallyCmd::Get => (Vec::new(), self.n),
+        }
+    }
+}
+
+const SHARDS: u32 = 8;
+
+async fn node(
+    cluster: &str,
+    name: &str,
+    seed: Option<&Cluster>,
+    journal: &InMemoryJournal,
+    es: EventSourcedSettings,
+) -> (Cluster, EventSourcedHandle<Tally>) {
+    let settings = EntitySettings::new("tally").shards(SHARDS).journal(Arc::new(journal.clone()));
+    node_with(cluster, name, seed, settings, es).await
+}
+
+async fn node_with(
+    cluster: &str,
+    name: &str,
+    seed: Option<&Cluster>,
+    settings: EntitySettings,
+    es: EventSourcedSettings,
+) -> (Cluster, EventSourcedHandle<Tally>) {
+    logs();
+    let mut b = Cluster::builder().cluster_name(cluster).node_name(name);
+    if let Some(s) = seed {
+        b = b.membership(Seeds::new([s.local_addr().to_string()]));
+    }
+    let c = b.build().await.expect("node starts");
+    let h = c.register_event_sourced::<Tally>(settings, es).await.expect("registers");
+    (c, h)
+}
+
+/// Entities of a crashed node come back elsewhere with every acknowledged event: the journal,
+/// not the node's memory, holds their state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_survives_a_crash_of_its_node() {
+    let journal = InMemoryJournal::new();
+    let es = EventSourcedSettings::default();
+    let (a, ha) = node("es-crash", "a", None, &journal, es).await;
+    let (_b, hb) = node("es-crash", "b", Some(&a), &journal, es).await;
+    let hb2 = hb.clone();
+    eventually("b hosts shards", Duration::from_secs(30), move || !hb2.entities().hosted_shards().is_empty()).await;
+    let ha2 = ha.clone();
+    eventually("a hosts shards", Duration::from_secs(30), move || !ha2.entities().hosted_shards().is_empty()).await;
+    for i in 0..40u64 {
+        for _ in 0..3 {
+            hb.ask(format!("t{i}"), TallyCmd::Add(i + 1)).await.expect("acknowledged");
+        }
+    }
+    let on_a = ha.entities().hosted_shards();
+    assert!((0..40).any(|i| on_a.contains(&hb.entities().shard_of(format!("t{i}")))), "some tally lives on a");
+    a.crash();
+    let hb2 = hb.clone();
+    eventually("b hosts every shard", Duration::from_secs(60), move || {
+        hb2.entities().hosted_shards().len() == SHARDS as usize
+    })
+    .await;
+    for i in 0..40u64 {
+        assert_eq!(hb.ask(format!("t{i}"), TallyCmd::Get).await.unwrap(), 3 * (i + 1), "t{i}");
+    }
+}
+
+/// The same request id twice: applied once, the same reply twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_request_is_applied_once() {
+    let journal = InMemoryJournal::new();
+    let (_c, h) = node("es-retry", "solo", None, &journal, EventSourcedSettings::default()).await;
+    assert_eq!(h.ask_with_request_id("x", TallyCmd::Add(5), "req-1").await.unwrap(), 5);
+    assert_eq!(h.ask_with_request_id("x", TallyCmd::Add(5), "req-1").await.unwrap(), 5, "the recorded reply");
+    assert_eq!(h.ask("x", TallyCmd::Get).await.unwrap(), 5, "applied once");
+    assert_eq!(h.ask_with_request_id("x", TallyCmd::Add(5), "req-2").await.unwrap(), 10, "a new request applies");
+    assert_eq!(journal.read("tally|x", 1).await.unwrap().len(), 2);
+}
+
+/// Another node raised the shard's fence in the journal (it owns the shard now, whatever this
+/// node believes): this node's writes are refused by the journal, and nothing is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_owner_is_refused_by_the_journal() {
+    let journal = InMemoryJournal::new();
+    let (_c, h) = node("es-fenced", "solo", None, &journal, EventSourcedSettings::default()).await;
+    assert_eq!(h.ask("y", TallyCmd::Add(1)).await.unwrap(), 1);
+    let shard = h.entities().shard_of("y");
+    let newer = Fence { type_key: "tally".into(), shard, epoch: Epoch { term: u64::MAX / 2, seq: 1 } };
+    journal.raise_fence(&newer).await.unwrap();
+    let err = h.ask("y", TallyCmd::Add(1)).await.expect_err("fenced");
+    assert!(err.is_safe_to_retry(), "not applied: {err:?}");
+    assert_eq!(journal.read("tally|y", 1).await.unwrap().len(), 1, "nothing written after the raise");
+}
+
+/// A snapshot every 10 events; a new owner recovers from it plus the events after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_are_written_every_n_events_and_used_to_recover() {
+    let journal = InMemoryJournal::new();
+    let es = EventSourcedSettings { snapshot_every: 10, ..EventSourcedSettings::default() };
+    let (a, h) = node("es-snap", "a", None, &journal, es).await;
+    for _ in 0..25 {
+        h.ask("z", TallyCmd::Add(2)).await.unwrap();
+    }
+    let snap = journal.load_snapshot("tally|z").await.unwrap().expect("a snapshot");
+    assert_eq!(snap.seq, 20);
+    // b joins, a leaves: z's shard starts on b, which recovers it from the snapshot and 21..=25.
+    let (_b, hb) = node("es-snap", "b", Some(&a), &journal, es).await;
+    let hb2 = hb.clone();
+    eventually("b is given shards", Duration::from_secs(30), move || !hb2.entities().hosted_shards().is_empty()).await;
+    a.leave_within(Duration::from_secs(20)).await.unwrap();
+    assert_eq!(hb.ask("z", TallyCmd::Get).await.unwrap(), 50);
+}
+
+/// While the journal is down, commands fail as not applied; afterwards they work, and nothing
+/// acknowledged was lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_that_is_down_fails_commands_as_not_applied() {
+    let journal = InMemoryJournal::new();
+    let (_c, h) = node("es-down", "solo", None, &journal, EventSourcedSettings::default()).await;
+    assert_eq!(h.ask("w", TallyCmd::Add(3)).await.unwrap(), 3);
+    journal.set_down(true);
+    let err = h.ask("w", TallyCmd::Add(3)).await.expect_err("down");
+    assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
+    journal.set_down(false);
+    assert_eq!(h.ask("w", TallyCmd::Add(3)).await.unwrap(), 6);
+}
+
+/// An event of a type the entity does not know is a typed error naming where it is, never a
+/// silent skip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_event_is_refused_with_its_place() {
+    // Written before the node starts: its claim raises the fence past this writer's epoch.
+    let journal = InMemoryJournal::new();
+    let shard = EntitySettings::new("tally").shards(SHARDS).shard_of("u");
+    let f = Fence { type_key: "tally".into(), shard, epoch: Epoch { term: 0, seq: 1 } };
+    journal.raise_fence(&f).await.unwrap();
+    let mut req = append(&f, "tally|u", 0, 0);
+    req.events = vec![EventRecord { type_name: "tally.renamed".into(), schema_version: 1, payload: vec![1] }];
+    journal.append(req).await.unwrap();
+    let (_c, h) = node("es-unknown", "solo", None, &journal, EventSourcedSettings::default()).await;
+    let err = h.ask("u", TallyCmd::Get).await.expect_err("unreadable");
+    assert!(matches!(&err, Error::Rejected(m) if m.contains("tally|u event 1")), "{err:?}");
+}
+
+/// With remembered entities, every entity that wrote starts again, recovered, when its shard
+/// starts on another node, before anyone asks for it; entities that never wrote do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remembered_entities_start_again_where_their_shard_starts() {
+    let journal = InMemoryJournal::new();
+    let settings =
+        || EntitySettings::new("tally").shards(SHARDS).journal(Arc::new(journal.clone())).remember_entities(1_000);
+    let es = EventSourcedSettings::default();
+    let (a, ha) = node_with("es-remember", "a", None, settings(), es).await;
+    for i in 0..12u64 {
+        ha.ask(format!("r{i}"), TallyCmd::Add(i)).await.unwrap();
+    }
+    // A read writes nothing, so it is not remembered.
+    ha.ask("reader", TallyCmd::Get).await.unwrap();
+    // b joins and a leaves: every shard starts on b, its remembered entities with it.
+    let (_b, hb) = node_with("es-remember", "b", Some(&a), settings(), es).await;
+    let hb3 = hb.clone();
+    eventually("b is given shards", Duration::from_secs(30), move || !hb3.entities().hosted_shards().is_empty()).await;
+    a.leave_within(Duration::from_secs(20)).await.unwrap();
+    let hb2 = hb.clone();
+    let started = std::time::Instant::now();
+    while hb2.entities().local_entities() != 12 {
+        if started.elapsed() > Duration::from_secs(30) {
+            let mut remembered = Vec::new();
+            for s in 0..SHARDS {
+                remembered.push(journal.remembered("tally", shardline::ShardId(s)).await.map(|v| v.len()));
+            }
+            panic!(
+                "remembered entities on b: {} in memory, shards {:?}, remembered per shard {remembered:?}",
+                hb2.entities().local_entities(),
+                hb2.entities().hosted_epochs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for i in 0..12u64 {
+        assert_eq!(hb.ask(format!("r{i}"), TallyCmd::Get).await.unwrap(), i);
+    }
+}
