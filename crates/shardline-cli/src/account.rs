@@ -1,7 +1,9 @@
-//! The demo's entity: a bank account that remembers which operations it applied, so the demo
-//! driver can audit it against its own ledger (lost, doubled, or wrong).
+//! The demo's entity: an event-sourced bank account that remembers which operations it applied,
+//! so the demo driver can audit it against its own ledger (lost, doubled, or wrong), after moves
+//! and crashes alike.
 
 use serde::{Deserialize, Serialize};
+use shardline::entity::EventSourced;
 use shardline::{Entity, EntityContext, EntityId};
 
 /// What an account is asked to do. Operations carry an id unique in the run.
@@ -28,46 +30,61 @@ pub struct AccountReply {
     pub ops: Vec<u64>,
 }
 
-/// A bank account.
+/// What an account persists.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum AccountEvent {
+    /// `amount` came in by operation `op`.
+    Deposited { op: u64, amount: i64 },
+    /// `amount` went out by operation `op`.
+    Withdrew { op: u64, amount: i64 },
+}
+
+/// A bank account: event-sourced, so its balance survives moves and crashes.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Account {
     balance: i64,
     ops: Vec<u64>,
 }
 
-impl Entity for Account {
-    type Message = AccountCmd;
+impl EventSourced for Account {
+    type Command = AccountCmd;
+    type Event = AccountEvent;
     type Reply = AccountReply;
+    const EVENT_TYPE: &'static str = "account";
 
-    fn new(_id: &EntityId) -> Self {
+    fn empty(_id: &EntityId) -> Self {
         Account::default()
     }
 
-    async fn handle(&mut self, _ctx: &mut EntityContext, msg: AccountCmd) -> AccountReply {
-        let applied = match msg {
-            AccountCmd::Deposit { op, amount } => {
+    fn apply(&mut self, event: &AccountEvent) {
+        match *event {
+            AccountEvent::Deposited { op, amount } => {
                 self.balance += amount;
                 self.ops.push(op);
-                true
             }
-            AccountCmd::Withdraw { op, amount } if amount <= self.balance => {
+            AccountEvent::Withdrew { op, amount } => {
                 self.balance -= amount;
                 self.ops.push(op);
-                true
             }
-            AccountCmd::Withdraw { .. } => false,
-            AccountCmd::Balance => false,
-            AccountCmd::Audit => return AccountReply { balance: self.balance, applied: false, ops: self.ops.clone() },
+        }
+    }
+
+    fn decide(&self, cmd: AccountCmd) -> (Vec<AccountEvent>, AccountReply) {
+        let event = match cmd {
+            AccountCmd::Deposit { op, amount } => AccountEvent::Deposited { op, amount },
+            AccountCmd::Withdraw { op, amount } if amount <= self.balance => AccountEvent::Withdrew { op, amount },
+            AccountCmd::Withdraw { .. } | AccountCmd::Balance => {
+                return (Vec::new(), AccountReply { balance: self.balance, applied: false, ops: Vec::new() })
+            }
+            AccountCmd::Audit => {
+                return (Vec::new(), AccountReply { balance: self.balance, applied: false, ops: self.ops.clone() })
+            }
         };
-        AccountReply { balance: self.balance, applied, ops: Vec::new() }
-    }
-
-    fn hand_over(&self) -> Option<Vec<u8>> {
-        postcard::to_allocvec(self).ok()
-    }
-
-    fn take_over(_id: &EntityId, data: &[u8]) -> Option<Self> {
-        postcard::from_bytes(data).ok()
+        let balance = match event {
+            AccountEvent::Deposited { amount, .. } => self.balance + amount,
+            AccountEvent::Withdrew { amount, .. } => self.balance - amount,
+        };
+        (vec![event], AccountReply { balance, applied: true, ops: Vec::new() })
     }
 }
 

@@ -62,6 +62,15 @@ pub struct NodeArgs {
     /// Append shard start/stop lines to this file.
     #[arg(long, env = "SHARDLINE_OWNERSHIP_LOG")]
     pub ownership_log: Option<String>,
+    /// The accounts' journal: sqlite://PATH (one file that the nodes of one host share),
+    /// postgres://USER@HOST:PORT/DATABASE (the `postgres` feature; schema named after the
+    /// cluster) or memory (this process only: state does not follow a moved shard).
+    #[arg(long, env = "SHARDLINE_STORE", default_value = "sqlite://shardline-journal.db")]
+    pub store: StoreSpec,
+    /// The PostgreSQL schema of the journal (default: the cluster name, with `_` for anything
+    /// but letters and digits).
+    #[arg(long, env = "SHARDLINE_STORE_SCHEMA")]
+    pub store_schema: Option<String>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -97,6 +106,10 @@ pub struct DemoArgs {
     /// Allocation strategy of the account type (passed to every node).
     #[arg(long, default_value = "least-shards")]
     pub strategy: StrategyArg,
+    /// The accounts' journal, shared by every node: sqlite://PATH (default: a file in the run
+    /// directory) or postgres://USER@HOST:PORT/DATABASE (the `postgres` feature).
+    #[arg(long)]
+    pub store: Option<StoreSpec>,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use shardline::{Cluster, EntityHandle, EntityRef, EntitySettings};
+use shardline::{Cluster, EntityHandle, EntityRef, EntitySettings, StrategyKind};
 use shardline_cli::membership::MembershipSpec;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -14,9 +14,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::args::BenchArgs;
 use crate::load::{percentiles, probe_ids, shards_per_node, HomeMonitor, Latency};
-use crate::procs::{free_port, work_dir, NodeProc};
-use shardline_cli::account_settings;
-use shardline_cli::{Account, AccountCmd, Echo};
+use crate::procs::{free_port, journal_flags, work_dir, NodeProc};
+use shardline_cli::{register_accounts, AccountCmd, Accounts, Echo};
 
 /// Runs a scenario; returns the exit code.
 pub async fn run(args: BenchArgs) -> i32 {
@@ -169,7 +168,16 @@ async fn cluster_of(
     let seed = addrs[0].clone();
     let mut nodes = Vec::new();
     for (i, addr) in addrs.iter().take(count).enumerate() {
-        nodes.push(NodeProc::spawn(&format!("n{}", i + 1), addr, &seed, shards, &membership.to_string(), &dir, &[])?);
+        let flags = journal_flags(&dir);
+        nodes.push(NodeProc::spawn(
+            &format!("n{}", i + 1),
+            addr,
+            &seed,
+            shards,
+            &membership.to_string(),
+            &dir,
+            &flags,
+        )?);
         if i == 0 {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
@@ -373,8 +381,8 @@ async fn rebalance(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let n = args.entities.unwrap_or(100_000).max(1);
     let shards = 1024;
     let (mut nodes, addrs, driver, dir) = cluster_of(3, shards, "bench-rebalance", &args.membership).await?;
-    let accounts: EntityHandle<Account> = driver.register::<Account>(account_settings(shards)).await?;
-    settle(&accounts, 3, Duration::from_secs(60)).await?;
+    let accounts: Accounts = register_accounts(&driver, shards, &StrategyKind::LeastShards, None).await?;
+    settle(accounts.entities(), 3, Duration::from_secs(60)).await?;
     let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for _ in 0..128 {
@@ -385,7 +393,7 @@ async fn rebalance(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
                 if i >= n {
                     return Ok::<(), shardline::Error>(());
                 }
-                accounts.entity_ref(format!("acct-{i}")).ask(AccountCmd::Deposit { op: i, amount: 1 }).await?;
+                accounts.ask(format!("acct-{i}"), AccountCmd::Deposit { op: i, amount: 1 }).await?;
             }
         }));
     }
@@ -395,14 +403,15 @@ async fn rebalance(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let probes = Arc::new(probe_ids(shards));
     let event = Instant::now();
     let monitor = HomeMonitor::start(&accounts, probes, event);
-    nodes.push(NodeProc::spawn("n4", &addrs[3], &addrs[0], shards, &args.membership.to_string(), &dir, &[])?);
-    settle(&accounts, 4, Duration::from_secs(60)).await?;
+    let flags = journal_flags(&dir);
+    nodes.push(NodeProc::spawn("n4", &addrs[3], &addrs[0], shards, &args.membership.to_string(), &dir, &flags)?);
+    settle(accounts.entities(), 4, Duration::from_secs(60)).await?;
     let (moved, served) = monitor.finish(Duration::from_secs(60)).await;
     let served = served.ok_or("moved shards never served again")?;
     // Spot-check that the state moved with the shards.
     let mut lost = 0;
     for i in (0..n).step_by((n / 1000).max(1) as usize) {
-        let r = accounts.entity_ref(format!("acct-{i}")).ask(AccountCmd::Balance).await?;
+        let r = accounts.ask(format!("acct-{i}"), AccountCmd::Balance).await?;
         if r.balance != 1 {
             lost += 1;
         }
@@ -421,7 +430,7 @@ async fn rebalance(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
 
 /// Waits until a probe in every shard answers; returns when.
 async fn all_shards_answer(
-    accounts: &EntityHandle<Account>,
+    accounts: &Accounts,
     probes: &Arc<Vec<String>>,
     limit: Duration,
 ) -> Result<Instant, BoxError> {
@@ -429,9 +438,9 @@ async fn all_shards_answer(
     loop {
         let mut asks = Vec::new();
         for p in probes.iter() {
-            let r = accounts.entity_ref(p);
+            let (accounts, p) = (accounts.clone(), p.clone());
             asks.push(tokio::spawn(async move {
-                r.ask_timeout(AccountCmd::Balance, Duration::from_millis(200)).await.is_ok()
+                accounts.ask_timeout(p, AccountCmd::Balance, None, Duration::from_millis(200)).await.is_ok()
             }));
         }
         let mut ok = true;
@@ -451,8 +460,8 @@ async fn all_shards_answer(
 async fn failover(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let shards = 256;
     let (mut nodes, addrs, driver, dir) = cluster_of(3, shards, "bench-failover", &args.membership).await?;
-    let accounts: EntityHandle<Account> = driver.register::<Account>(account_settings(shards)).await?;
-    settle(&accounts, 3, Duration::from_secs(60)).await?;
+    let accounts: Accounts = register_accounts(&driver, shards, &StrategyKind::LeastShards, None).await?;
+    settle(accounts.entities(), 3, Duration::from_secs(60)).await?;
     // Load in the background for the whole scenario.
     let stop = Arc::new(AtomicBool::new(false));
     let mut load = Vec::new();
@@ -463,8 +472,12 @@ async fn failover(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
             while !stop.load(Ordering::Relaxed) {
                 i = i.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
                 let _ = accounts
-                    .entity_ref(format!("acct-{}", i % 10_000))
-                    .ask_timeout(AccountCmd::Deposit { op: i, amount: 1 }, Duration::from_secs(1))
+                    .ask_timeout(
+                        format!("acct-{}", i % 10_000),
+                        AccountCmd::Deposit { op: i, amount: 1 },
+                        None,
+                        Duration::from_secs(1),
+                    )
                     .await;
             }
         }));
@@ -490,9 +503,10 @@ async fn failover(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
         runs.push(json!({ "killed": name, "was_leader": was_leader, "failover_ms": ms }));
         // Bring it back as a new incarnation and let the cluster settle.
         let idx = name.trim_start_matches('n').parse::<usize>().unwrap_or(1).saturating_sub(1);
+        let flags = journal_flags(&dir);
         nodes[victim] =
-            NodeProc::spawn(&name, &addrs[idx], &addrs[0], shards, &args.membership.to_string(), &dir, &[])?;
-        settle(&accounts, 3, Duration::from_secs(120)).await?;
+            NodeProc::spawn(&name, &addrs[idx], &addrs[0], shards, &args.membership.to_string(), &dir, &flags)?;
+        settle(accounts.entities(), 3, Duration::from_secs(120)).await?;
     }
     stop.store(true, Ordering::Relaxed);
     for l in load {

@@ -4,9 +4,12 @@ pub mod account;
 pub mod membership;
 pub mod store;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use shardline::{EntitySettings, StrategyKind};
+use shardline::entity::{EventSourcedHandle, EventSourcedSettings};
+use shardline::journal::Journal;
+use shardline::{Cluster, ConfigError, EntitySettings, StrategyKind};
 
 pub use account::{Account, AccountCmd, AccountReply, Echo};
 
@@ -16,6 +19,23 @@ pub fn account_settings(shards: u32) -> EntitySettings {
         .shards(shards)
         .ask_timeout(Duration::from_secs(5))
         .hand_off_timeout(Duration::from_secs(5))
+}
+
+/// The handle of the demo's accounts.
+pub type Accounts = EventSourcedHandle<Account>;
+
+/// Registers the account type: hosted in `journal` on a node, routed only on a proxy (None).
+pub async fn register_accounts(
+    cluster: &Cluster,
+    shards: u32,
+    strategy: &StrategyKind,
+    journal: Option<Arc<dyn Journal>>,
+) -> Result<Accounts, ConfigError> {
+    let mut settings = account_settings(shards).strategy(strategy.clone());
+    if let Some(j) = journal {
+        settings = settings.journal(j);
+    }
+    cluster.register_event_sourced::<Account>(settings, EventSourcedSettings::default()).await
 }
 
 /// A `--strategy` value: `least-shards` (default), `version-aware`, `consistent-hash`, `ranges`.

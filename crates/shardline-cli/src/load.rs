@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use shardline::{EntityHandle, Error, NodeId};
+use shardline::{Error, NodeId, Processed};
 
-use shardline_cli::{Account, AccountCmd};
+use shardline_cli::{AccountCmd, Accounts};
 
 /// Latency percentiles in microseconds.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -56,7 +56,7 @@ pub struct Invariants {
 impl Ledger {
     /// Audits every account: acknowledged operations must be applied exactly once, nothing
     /// unknown to the ledger may be applied, and the balance must be the sum of what was applied.
-    pub async fn audit(&self, accounts: &EntityHandle<Account>, n: u64, concurrency: usize) -> Invariants {
+    pub async fn audit(&self, accounts: &Accounts, n: u64, concurrency: usize) -> Invariants {
         let next = Arc::new(AtomicU64::new(0));
         let total = Arc::new(Mutex::new(Invariants::default()));
         let mut tasks = Vec::new();
@@ -69,14 +69,13 @@ impl Ledger {
                     if a >= n {
                         return;
                     }
+                    // A read: asking again is harmless, so keep at it while the cluster settles.
+                    let give_up = Instant::now() + RETRY_LIMIT;
                     let reply = loop {
-                        match accounts
-                            .entity_ref(account_id(a))
-                            .ask_timeout(AccountCmd::Audit, Duration::from_secs(5))
-                            .await
+                        match accounts.ask_timeout(account_id(a), AccountCmd::Audit, None, Duration::from_secs(5)).await
                         {
                             Ok(r) => break Some(r),
-                            Err(Error::Overloaded(_)) => tokio::time::sleep(Duration::from_millis(20)).await,
+                            Err(_) if Instant::now() < give_up => tokio::time::sleep(Duration::from_millis(50)).await,
                             Err(_) => break None,
                         }
                     };
@@ -120,12 +119,6 @@ impl Ledger {
         }
         m
     }
-
-    /// Forgets accounts whose state was lost on purpose (entities of a killed node).
-    pub fn reset(&mut self) {
-        self.acked.clear();
-        self.unknown.clear();
-    }
 }
 
 pub fn account_id(a: u64) -> String {
@@ -143,10 +136,52 @@ fn error_kind(e: &Error) -> &'static str {
     }
 }
 
-/// Runs `concurrency` callers of random deposits, withdrawals and balance reads for `duration`.
+/// How long a caller keeps retrying one operation before it counts as failed.
+const RETRY_LIMIT: Duration = Duration::from_secs(30);
+
+/// Tells this run's request ids from those of an earlier run against the same journal.
+fn run_tag() -> &'static str {
+    static TAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TAG.get_or_init(|| {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        format!("{t:x}-{}", std::process::id())
+    })
+}
+
+/// Asks until the command is answered or [`RETRY_LIMIT`] has passed, resending with the same
+/// request id: a command that ran but whose answer was lost (a timeout, a node killed after the
+/// write) is not applied again, and its recorded reply comes back. Counts each error met.
+async fn ask_retrying(
+    accounts: &Accounts,
+    id: String,
+    cmd: AccountCmd,
+    request_id: Option<String>,
+    errors: &mut BTreeMap<String, u64>,
+) -> Result<shardline_cli::AccountReply, Error> {
+    let give_up = Instant::now() + RETRY_LIMIT;
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        let timeout = accounts.entities().ask_timeout();
+        match accounts.ask_timeout(&id, cmd.clone(), request_id.clone(), timeout).await {
+            Ok(r) => return Ok(r),
+            Err(e) => {
+                *errors.entry(error_kind(&e).to_string()).or_default() += 1;
+                if Instant::now() >= give_up {
+                    return Err(e);
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+            }
+        }
+    }
+}
+
+/// Runs `concurrency` callers of random deposits, withdrawals and balance reads for `duration`;
+/// a caller retries an unanswered operation with its request id (see [`ask_retrying`]), so an
+/// operation counts as failed only when it stayed unanswered for [`RETRY_LIMIT`].
 /// `progress` is called about once a second with (acked, failed) so far.
 pub async fn run_accounts(
-    accounts: &EntityHandle<Account>,
+    accounts: &Accounts,
     n: u64,
     concurrency: u64,
     duration: Duration,
@@ -178,8 +213,10 @@ pub async fn run_accounts(
                     7 | 8 => (AccountCmd::Withdraw { op, amount }, -amount),
                     _ => (AccountCmd::Balance, 0),
                 };
+                // Reads change nothing, so only writes carry a request id (and get recorded).
+                let request_id = (signed != 0).then(|| format!("{}-{op}", run_tag()));
                 let t = Instant::now();
-                let r = accounts.entity_ref(account_id(a)).ask(cmd).await;
+                let r = ask_retrying(&accounts, account_id(a), cmd, request_id, &mut errors).await;
                 let us = t.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
                 match r {
                     Ok(reply) => {
@@ -197,10 +234,9 @@ pub async fn run_accounts(
                     }
                     Err(e) => {
                         failed.fetch_add(1, Ordering::Relaxed);
-                        *errors.entry(error_kind(&e).to_string()).or_default() += 1;
                         // Not processed: nothing to account for. Otherwise it ran or may have run
                         // (and a withdrawal may have been refused): the audit allows either.
-                        if signed != 0 && !e.is_safe_to_retry() {
+                        if signed != 0 && e.processed() != Processed::No {
                             ledger
                                 .lock()
                                 .unwrap_or_else(|e| e.into_inner())
@@ -208,9 +244,6 @@ pub async fn run_accounts(
                                 .entry(a)
                                 .or_default()
                                 .push((op, signed));
-                        }
-                        if matches!(e, Error::Unavailable(_) | Error::Overloaded(_)) {
-                            tokio::time::sleep(Duration::from_millis(5)).await;
                         }
                     }
                 }
@@ -248,18 +281,18 @@ pub struct HomeMonitor {
 
 impl HomeMonitor {
     /// Starts watching from `event` on.
-    pub fn start(accounts: &EntityHandle<Account>, probes: Arc<Vec<String>>, event: Instant) -> HomeMonitor {
+    pub fn start(accounts: &Accounts, probes: Arc<Vec<String>>, event: Instant) -> HomeMonitor {
         let stop = Arc::new(AtomicBool::new(false));
         let (accounts, stop2) = (accounts.clone(), stop.clone());
         let task = tokio::spawn(async move {
-            let before = accounts.shard_homes();
+            let before = accounts.entities().shard_homes();
             let mut last = before.clone();
             let mut moved: HashSet<usize> = HashSet::new();
             let mut dirty = false;
             let mut serving: Option<Duration> = None;
             let mut last_change = Instant::now();
             loop {
-                let homes = accounts.shard_homes();
+                let homes = accounts.entities().shard_homes();
                 if homes != last {
                     for (i, (a, b)) in homes.iter().zip(&last).enumerate() {
                         if a != b && a.is_some() && before.get(i) != Some(a) {
@@ -275,16 +308,16 @@ impl HomeMonitor {
                     // Every moved shard must answer.
                     let mut asks = Vec::new();
                     for &s in &moved {
-                        let r = accounts.entity_ref(&probes[s]);
+                        let (accounts, id) = (accounts.clone(), probes[s].clone());
                         asks.push(tokio::spawn(async move {
-                            r.ask_timeout(AccountCmd::Balance, Duration::from_secs(1)).await.is_ok()
+                            accounts.ask_timeout(id, AccountCmd::Balance, None, Duration::from_secs(1)).await.is_ok()
                         }));
                     }
                     let mut ok = true;
                     for a in asks {
                         ok &= a.await.unwrap_or(false);
                     }
-                    if ok && accounts.shard_homes() == homes {
+                    if ok && accounts.entities().shard_homes() == homes {
                         serving = Some(event.elapsed());
                         dirty = false;
                     }

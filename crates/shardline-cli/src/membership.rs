@@ -105,18 +105,20 @@ pub async fn provider(
     cluster: &str,
     seeds: &[String],
 ) -> Result<Box<dyn MembershipProvider>, String> {
-    provider_with(spec, cluster, seeds, lease_config()).await
+    provider_with(spec, cluster, seeds, lease_config(), 0).await
 }
 
-/// [`provider`] with lease settings of its own.
+/// [`provider`] with lease settings of its own; with seeds, terms start above `term_floor` (the
+/// journal's highest fence term: see [`Seeds::term_floor`]).
 pub async fn provider_with(
     spec: &MembershipSpec,
     cluster: &str,
     seeds: &[String],
     leases: LeaseConfig,
+    term_floor: u64,
 ) -> Result<Box<dyn MembershipProvider>, String> {
     Ok(match store(spec, cluster).await? {
-        None => Box::new(Seeds::new(seeds.to_vec())),
+        None => Box::new(Seeds::new(seeds.to_vec()).term_floor(term_floor)),
         Some(store) => Box::new(Leases::new(store, cluster, leases)),
     })
 }

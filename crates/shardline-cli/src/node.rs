@@ -4,6 +4,9 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use shardline::journal::Journal;
 use shardline::{Cluster, EntitySettings, StrategyKind};
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{error, info, warn};
@@ -11,23 +14,27 @@ use tracing::{error, info, warn};
 use crate::args::NodeArgs;
 use shardline::membership::lease::LeaseConfig;
 use shardline_cli::membership::{lease_config, provider_with};
-use shardline_cli::{account_settings, Account, Echo};
+use shardline_cli::{register_accounts, store, Echo};
 
-/// The entity types every demo node serves.
+/// The entity types every demo node serves; accounts keep their journal in `journal`.
 pub async fn register_all(
     cluster: &Cluster,
     shards: u32,
     strategy: &StrategyKind,
+    journal: Arc<dyn Journal>,
 ) -> Result<(), shardline::ConfigError> {
-    cluster.register::<Account>(account_settings(shards).strategy(strategy.clone())).await?;
+    register_accounts(cluster, shards, strategy, Some(journal)).await?;
     cluster.register::<Echo>(EntitySettings::new("echo").shards(shards)).await?;
     Ok(())
 }
 
-async fn start(args: &NodeArgs) -> Result<Cluster, String> {
+async fn start(args: &NodeArgs, journal: &Arc<dyn Journal>) -> Result<Cluster, String> {
     // Ranges orders hosts by their numbered membership slots.
     let leases = LeaseConfig { numbered_slots: args.strategy.0 == StrategyKind::Ranges, ..lease_config() };
-    let membership = provider_with(&args.membership, &args.cluster, &args.seeds, leases).await?;
+    // Seeds' terms live only as long as the cluster: a cluster restarted from scratch must start
+    // above the fences its earlier incarnation left in the journal.
+    let floor = journal.highest_term().await.map_err(|e| format!("cannot read the journal: {e}"))?;
+    let membership = provider_with(&args.membership, &args.cluster, &args.seeds, leases, floor).await?;
     let mut b = Cluster::builder()
         .cluster_name(&args.cluster)
         .node_name(&args.name)
@@ -38,7 +45,7 @@ async fn start(args: &NodeArgs) -> Result<Cluster, String> {
         b = b.ownership_log(p);
     }
     let cluster = b.build().await.map_err(|e| e.to_string())?;
-    register_all(&cluster, args.shards, &args.strategy.0).await.map_err(|e| e.to_string())?;
+    register_all(&cluster, args.shards, &args.strategy.0, journal.clone()).await.map_err(|e| e.to_string())?;
     Ok(cluster)
 }
 
@@ -63,9 +70,19 @@ pub async fn run(args: NodeArgs) -> i32 {
             return 1;
         }
     };
+    // One journal for the life of the process: a rejoining incarnation keeps using it.
+    let schema = args.store_schema.clone().unwrap_or_else(|| store::schema_name(&args.cluster));
+    let journal = match store::open(&args.store, &schema).await {
+        Ok(j) => j,
+        Err(e) => {
+            error!(error = %e, "cannot open the journal");
+            eprintln!("cannot open the journal: {e}");
+            return 1;
+        }
+    };
     let mut first = true;
     loop {
-        let cluster = match start(&args).await {
+        let cluster = match start(&args, &journal).await {
             Ok(c) => c,
             Err(e) if first => {
                 error!(error = %e, "cannot start the node");
@@ -79,7 +96,7 @@ pub async fn run(args: NodeArgs) -> i32 {
             }
         };
         first = false;
-        info!(node = %cluster.node_id(), addr = %cluster.local_addr(), membership = %args.membership, "serving");
+        info!(node = %cluster.node_id(), addr = %cluster.local_addr(), membership = %args.membership, store = %args.store, "serving");
         tokio::select! {
             _ = term.recv() => {}
             _ = int.recv() => {}

@@ -68,6 +68,11 @@ impl Drop for NodeProc {
     }
 }
 
+/// Flags that point a node at the SQLite journal in `dir`, which every node of a run shares.
+pub fn journal_flags(dir: &std::path::Path) -> Vec<String> {
+    vec!["--store".into(), format!("sqlite://{}", dir.join("journal.db").display())]
+}
+
 /// A free loopback port (bound then released; good enough on one machine).
 pub fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())

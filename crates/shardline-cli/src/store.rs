@@ -56,6 +56,11 @@ impl StoreSpec {
     }
 }
 
+/// A PostgreSQL schema name for a cluster name: letters, digits and underscores.
+pub fn schema_name(cluster: &str) -> String {
+    cluster.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect()
+}
+
 /// Opens the journal of a spec; `schema` names PostgreSQL's schema. An unreachable store is an
 /// error.
 pub async fn open(spec: &StoreSpec, schema: &str) -> Result<Arc<dyn Journal>, String> {
@@ -99,5 +104,6 @@ mod tests {
             assert!(err.contains("expected memory, sqlite://PATH"), "{bad:?}: {err}");
         }
         assert_eq!(StoreSpec::Sqlite("a.db".into()).to_string(), "sqlite://a.db");
+        assert_eq!(schema_name("Shardline-demo.1"), "shardline_demo_1");
     }
 }

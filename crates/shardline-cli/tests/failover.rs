@@ -13,9 +13,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use shardline::membership::lease::server::ServerProcess;
 use shardline::membership::lease::ShardMaps;
-use shardline::{Cluster, EntityHandle};
+use shardline::{Cluster, StrategyKind};
 use shardline_cli::membership::{provider, store, MembershipSpec};
-use shardline_cli::{account_settings, Account, AccountCmd};
+use shardline_cli::{register_accounts, AccountCmd, Accounts};
 
 const SHARDS: u32 = 32;
 
@@ -53,6 +53,8 @@ impl Node {
             .args(["node", "--name", &self.name, "--bind", &format!("127.0.0.1:{}", self.port)])
             .args(["--membership", membership, "--shards", &SHARDS.to_string()])
             .args(["--ownership-log", &log.display().to_string()])
+            // The nodes of one test share one journal, next to their ownership log.
+            .args(["--store", &format!("sqlite://{}", log.with_extension("journal.db").display())])
             .env("RUST_LOG", std::env::var("SHARDLINE_TEST_NODE_LOG").unwrap_or_else(|_| "warn".into()))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -89,7 +91,7 @@ fn temp_log(what: &str) -> PathBuf {
     std::env::temp_dir().join(format!("shardline-ownership-{what}-{}-{}.log", std::process::id(), now_ms()))
 }
 
-async fn driver(spec: &MembershipSpec) -> (Cluster, EntityHandle<Account>) {
+async fn driver(spec: &MembershipSpec) -> (Cluster, Accounts) {
     let _ = tracing_subscriber::fmt().with_env_filter("warn").with_test_writer().try_init();
     let p = provider(spec, "shardline-demo", &[]).await.expect("store reachable");
     let c = Cluster::builder()
@@ -100,7 +102,7 @@ async fn driver(spec: &MembershipSpec) -> (Cluster, EntityHandle<Account>) {
         .build()
         .await
         .unwrap();
-    let h = c.register::<Account>(account_settings(SHARDS)).await.unwrap();
+    let h = register_accounts(&c, SHARDS, &StrategyKind::LeastShards, None).await.unwrap();
     (c, h)
 }
 
@@ -113,12 +115,12 @@ async fn eventually(what: &str, limit: Duration, mut cond: impl FnMut() -> bool)
     start.elapsed()
 }
 
-fn owners(h: &EntityHandle<Account>) -> Vec<String> {
-    h.shard_homes().iter().map(|o| o.as_ref().map(|n| n.name.to_string()).unwrap_or_default()).collect()
+fn owners(h: &Accounts) -> Vec<String> {
+    h.entities().shard_homes().iter().map(|o| o.as_ref().map(|n| n.name.to_string()).unwrap_or_default()).collect()
 }
 
 /// Asks one entity per shard until all answer; returns how long it took.
-async fn every_shard_answers(h: &EntityHandle<Account>, limit: Duration) -> Duration {
+async fn every_shard_answers(h: &Accounts, limit: Duration) -> Duration {
     let start = Instant::now();
     let mut ids = vec![String::new(); SHARDS as usize];
     let mut k = 0;
@@ -133,7 +135,7 @@ async fn every_shard_answers(h: &EntityHandle<Account>, limit: Duration) -> Dura
     loop {
         let mut failed = Vec::new();
         for (shard, id) in ids.iter().enumerate() {
-            if let Err(e) = h.entity_ref(id).ask_timeout(AccountCmd::Balance, Duration::from_millis(300)).await {
+            if let Err(e) = h.ask_timeout(id, AccountCmd::Balance, None, Duration::from_millis(300)).await {
                 failed.push((shard, e));
             }
         }
@@ -231,7 +233,7 @@ fn start_server(etcd: bool) -> ServerProcess {
 
 /// Nodes n1, n2 and n3 on `server`, every one hosting shards and every shard answering, and a
 /// driver that knows the leader.
-async fn three_serving(server: &ServerProcess, etcd: bool, log: &Path) -> (Vec<Node>, Cluster, EntityHandle<Account>) {
+async fn three_serving(server: &ServerProcess, etcd: bool, log: &Path) -> (Vec<Node>, Cluster, Accounts) {
     let (spec, url) = spec(server, etcd);
     let nodes: Vec<Node> = ["n1", "n2", "n3"].iter().map(|n| Node::spawn(n, &url, log)).collect();
     let (driver, h) = driver(&spec).await;

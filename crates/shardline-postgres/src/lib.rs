@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use shardline::journal::queue::{Job, Outcome};
 use shardline::journal::{
-    AppendRequest, BoxFuture, EventRecord, Fence, JournalError, QueuedJournal, Snapshot, StoredEvent,
+    AppendRequest, BoxFuture, EventRecord, Fence, JournalError, QueuedJournal, RecordedReply, Snapshot, StoredEvent,
 };
 use shardline_core::{Epoch, ShardId};
 use tokio::sync::mpsc;
@@ -139,7 +139,7 @@ async fn migrate(client: &Client, schema: &str) -> Result<(), JournalError> {
         client.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&format!("shardline-migrate-{schema}")]).await?;
         client.batch_execute("CREATE TABLE IF NOT EXISTS shardline_schema (version BIGINT NOT NULL)").await?;
         let row = client.query_one("SELECT COALESCE(MAX(version), 0) FROM shardline_schema", &[]).await?;
-        Ok::<i64, tokio_postgres::Error>(row.get(0))
+        row.try_get::<_, i64>(0)
     }
     .await;
     let version = match result {
@@ -388,8 +388,8 @@ impl<'a> AppendArgs<'a> {
 /// What [`APPEND`]'s answer row says about one request.
 fn append_outcome(req: &AppendRequest, row: &tokio_postgres::Row) -> Result<u64, JournalError> {
     let pid = &req.persistence_id;
-    let written: bool = row.get(3);
-    let last = to_u64(row.get(2), pid, 0, "last sequence number")?;
+    let written: bool = col(row, 3)?;
+    let last = to_u64(col(row, 2)?, pid, 0, "last sequence number")?;
     if written {
         return Ok(req.expected_seq + req.events.len() as u64);
     }
@@ -412,8 +412,10 @@ async fn run_job(tx: &mut Transaction<'_>, job: Job) -> Outcome {
         }
         Job::LoadSnapshot(pid, r) => Outcome::Snapshot(r, load_snapshot(tx, &pid).await),
         Job::RecordedReply(pid, id, r) => Outcome::Bytes(r, recorded_reply(tx, &pid, &id).await),
+        Job::RecordedReplies(pid, r) => Outcome::Replies(r, recorded_replies(tx, &pid).await),
         Job::Remembered(t, s, r) => Outcome::Ids(r, remembered(tx, &t, s).await),
         Job::Forget(f, id, r) => Outcome::Unit(r, in_savepoint(tx, |sp| Box::pin(forget(sp, f, id))).await),
+        Job::HighestTerm(r) => Outcome::Seq(r, highest_term(tx).await),
     }
 }
 
@@ -438,6 +440,12 @@ async fn in_savepoint<'t, T>(
 
 fn to_i64(v: u64, what: &str) -> Result<i64, JournalError> {
     i64::try_from(v).map_err(|_| JournalError::Failed(format!("{what} {v} does not fit the database")))
+}
+
+/// A column of a row this crate's own query returned; a type that does not match the schema is
+/// an error, not a panic.
+fn col<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a tokio_postgres::Row, i: usize) -> Result<T, JournalError> {
+    row.try_get(i).map_err(|e| JournalError::Failed(format!("column {i} does not match the schema: {e}")))
 }
 
 fn to_u64(v: i64, pid: &str, seq: u64, what: &str) -> Result<u64, JournalError> {
@@ -471,7 +479,7 @@ async fn stored_fence(
     let row = tx.query_opt(sql, &[&type_key, &i64::from(shard.0)]).await.map_err(db)?;
     row.map(|r| {
         let what = format!("fence of {type_key} shard {}", shard.0);
-        Ok(Epoch { term: to_u64(r.get(0), &what, 0, "term")?, seq: to_u64(r.get(1), &what, 0, "seq")? })
+        Ok(Epoch { term: to_u64(col(&r, 0)?, &what, 0, "term")?, seq: to_u64(col(&r, 1)?, &what, 0, "seq")? })
     })
     .transpose()
 }
@@ -502,7 +510,7 @@ async fn append(tx: &Transaction<'_>, req: AppendRequest) -> Result<u64, Journal
         .query_one("SELECT COALESCE(MAX(seq), 0) FROM shardline_events WHERE persistence_id = $1", &[pid])
         .await
         .map_err(db)?;
-    let last = to_u64(row.get(0), pid, 0, "last sequence number")?;
+    let last = to_u64(col(&row, 0)?, pid, 0, "last sequence number")?;
     if last != req.expected_seq {
         return Err(JournalError::Conflict { persistence_id: pid.clone(), expected: req.expected_seq, actual: last });
     }
@@ -574,9 +582,9 @@ async fn read(tx: &Transaction<'_>, pid: &str, from: u64) -> Result<Vec<StoredEv
         .map_err(db)?;
     rows.into_iter()
         .map(|r| {
-            let seq = to_u64(r.get(0), pid, 0, "sequence number")?;
-            let schema_version = to_u32(r.get(2), pid, seq, "schema version")?;
-            Ok(StoredEvent { seq, event: EventRecord { type_name: r.get(1), schema_version, payload: r.get(3) } })
+            let seq = to_u64(col(&r, 0)?, pid, 0, "sequence number")?;
+            let schema_version = to_u32(col(&r, 2)?, pid, seq, "schema version")?;
+            Ok(StoredEvent { seq, event: EventRecord { type_name: col(&r, 1)?, schema_version, payload: col(&r, 3)? } })
         })
         .collect()
 }
@@ -601,9 +609,9 @@ async fn load_snapshot(tx: &Transaction<'_>, pid: &str) -> Result<Option<Snapsho
         .await
         .map_err(db)?;
     row.map(|r| {
-        let seq = to_u64(r.get(0), pid, 0, "snapshot sequence number")?;
-        let schema_version = to_u32(r.get(1), pid, seq, "snapshot schema version")?;
-        Ok(Snapshot { seq, schema_version, payload: r.get(2) })
+        let seq = to_u64(col(&r, 0)?, pid, 0, "snapshot sequence number")?;
+        let schema_version = to_u32(col(&r, 1)?, pid, seq, "snapshot schema version")?;
+        Ok(Snapshot { seq, schema_version, payload: col(&r, 2)? })
     })
     .transpose()
 }
@@ -613,7 +621,15 @@ async fn recorded_reply(tx: &Transaction<'_>, pid: &str, id: &str) -> Result<Opt
         .query_opt("SELECT reply FROM shardline_replies WHERE persistence_id = $1 AND request_id = $2", &[&pid, &id])
         .await
         .map_err(db)?;
-    Ok(row.map(|r| r.get(0)))
+    row.map(|r| col(&r, 0)).transpose()
+}
+
+async fn recorded_replies(tx: &Transaction<'_>, pid: &str) -> Result<Vec<RecordedReply>, JournalError> {
+    let rows = tx
+        .query("SELECT request_id, reply FROM shardline_replies WHERE persistence_id = $1 ORDER BY seq", &[&pid])
+        .await
+        .map_err(db)?;
+    rows.iter().map(|r| Ok(RecordedReply { request_id: col(r, 0)?, reply: col(r, 1)? })).collect()
 }
 
 async fn remembered(tx: &Transaction<'_>, type_key: &str, shard: ShardId) -> Result<Vec<String>, JournalError> {
@@ -624,7 +640,13 @@ async fn remembered(tx: &Transaction<'_>, type_key: &str, shard: ShardId) -> Res
         )
         .await
         .map_err(db)?;
-    Ok(rows.into_iter().map(|r| r.get(0)).collect())
+    rows.iter().map(|r| col(r, 0)).collect()
+}
+
+async fn highest_term(tx: &Transaction<'_>) -> Result<u64, JournalError> {
+    let row = tx.query_one("SELECT MAX(term) FROM shardline_fences", &[]).await.map_err(db)?;
+    let top: Option<i64> = col(&row, 0)?;
+    top.map_or(Ok(0), |t| to_u64(t, "fences", 0, "term"))
 }
 
 async fn forget(tx: &Transaction<'_>, f: Fence, entity_id: String) -> Result<(), JournalError> {

@@ -5,7 +5,7 @@
 //!   queue and runs them in one `BEGIN IMMEDIATE` transaction, each in a savepoint of its own
 //!   (group commit): one fsync for many appends, while a refused append (fenced, conflict) rolls
 //!   back alone. Requests for one persistence id keep their order, since the queue does.
-//! - **Several processes**: WAL mode, and a busy timeout on the file lock; the fence check and the
+//! - **Several processes**: WAL mode, and a wait of up to 5 s for the file lock, polled often; the fence check and the
 //!   write happen under the same `IMMEDIATE` lock, so no other process can raise a fence between.
 //! - **Schema**: versioned migrations in `shardline_schema`; a file written by a newer version is
 //!   refused instead of misread.
@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Transaction};
 use shardline::journal::queue::{Job, Outcome};
-use shardline::journal::{AppendRequest, EventRecord, Fence, JournalError, QueuedJournal, Snapshot, StoredEvent};
+use shardline::journal::{
+    AppendRequest, EventRecord, Fence, JournalError, QueuedJournal, RecordedReply, Snapshot, StoredEvent,
+};
 use shardline_core::{Epoch, ShardId};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
@@ -52,7 +54,7 @@ impl SqliteJournal {
     pub fn open(path: impl AsRef<Path>) -> Result<QueuedJournal, JournalError> {
         let path = path.as_ref().to_path_buf();
         let mut conn = Connection::open(&path).map_err(|e| unavailable(&path, e))?;
-        conn.busy_timeout(Duration::from_secs(5)).map_err(|e| failed(&path, e))?;
+        conn.busy_handler(Some(wait_for_lock)).map_err(|e| failed(&path, e))?;
         conn.pragma_update(None, "journal_mode", "WAL").map_err(|e| failed(&path, e))?;
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(|e| failed(&path, e))?;
         migrate(&mut conn).map_err(|e| JournalError::Failed(format!("{}: {e}", path.display())))?;
@@ -64,6 +66,19 @@ impl SqliteJournal {
             .map_err(|e| JournalError::Failed(format!("cannot start the journal thread: {e}")))?;
         Ok(journal)
     }
+}
+
+/// Polls for the write lock another process holds: every 200 µs, for at most 5 s (then the batch
+/// fails as unavailable). SQLite's own busy timeout sleeps up to 100 ms at a time, which turns a
+/// lock held for a millisecond by a node process next door into a wait of tens.
+fn wait_for_lock(attempt: i32) -> bool {
+    const STEP: Duration = Duration::from_micros(200);
+    const ATTEMPTS: i32 = 25_000;
+    if attempt >= ATTEMPTS {
+        return false;
+    }
+    std::thread::sleep(STEP);
+    true
 }
 
 fn unavailable(path: &Path, e: rusqlite::Error) -> JournalError {
@@ -163,8 +178,10 @@ fn run_job(tx: &mut Transaction<'_>, job: Job) -> Outcome {
         Job::SaveSnapshot(f, pid, s, r) => Outcome::Unit(r, in_savepoint(tx, |sp| save_snapshot(sp, &f, &pid, &s))),
         Job::LoadSnapshot(pid, r) => Outcome::Snapshot(r, load_snapshot(tx, &pid)),
         Job::RecordedReply(pid, id, r) => Outcome::Bytes(r, recorded_reply(tx, &pid, &id)),
+        Job::RecordedReplies(pid, r) => Outcome::Replies(r, recorded_replies(tx, &pid)),
         Job::Remembered(t, s, r) => Outcome::Ids(r, remembered(tx, &t, s)),
         Job::Forget(f, id, r) => Outcome::Unit(r, in_savepoint(tx, |sp| forget(sp, &f, &id))),
+        Job::HighestTerm(r) => Outcome::Seq(r, highest_term(tx)),
     }
 }
 
@@ -348,6 +365,14 @@ fn recorded_reply(c: &Connection, pid: &str, id: &str) -> Result<Option<Vec<u8>>
     .map_err(db)
 }
 
+fn recorded_replies(c: &Connection, pid: &str) -> Result<Vec<RecordedReply>, JournalError> {
+    let mut q = c
+        .prepare_cached("SELECT request_id, reply FROM shardline_replies WHERE persistence_id = ?1 ORDER BY seq")
+        .map_err(db)?;
+    let rows = q.query_map([pid], |r| Ok(RecordedReply { request_id: r.get(0)?, reply: r.get(1)? })).map_err(db)?;
+    rows.map(|r| r.map_err(db)).collect()
+}
+
 fn remembered(c: &Connection, type_key: &str, shard: ShardId) -> Result<Vec<String>, JournalError> {
     let mut q = c
         .prepare_cached(
@@ -356,6 +381,15 @@ fn remembered(c: &Connection, type_key: &str, shard: ShardId) -> Result<Vec<Stri
         .map_err(db)?;
     let rows = q.query_map(params![type_key, shard.0], |r| r.get::<_, String>(0)).map_err(db)?;
     rows.map(|r| r.map_err(db)).collect()
+}
+
+fn highest_term(c: &Connection) -> Result<u64, JournalError> {
+    let top: Option<i64> = c
+        .prepare_cached("SELECT MAX(term) FROM shardline_fences")
+        .map_err(db)?
+        .query_row([], |r| r.get(0))
+        .map_err(db)?;
+    top.map_or(Ok(0), |t| to_u64(t, "fences", 0, "term"))
 }
 
 fn forget(c: &Connection, f: &Fence, entity_id: &str) -> Result<(), JournalError> {

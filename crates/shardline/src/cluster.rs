@@ -333,13 +333,14 @@ impl Cluster {
     }
 
     /// Registers an event-sourced type: its entities keep their state in `settings`' journal
-    /// (required), so it survives moves and crashes alike.
+    /// (required, except on a [proxy](ClusterBuilder::proxy), which hosts nothing), so it survives
+    /// moves and crashes alike.
     pub async fn register_event_sourced<T: crate::entity::EventSourced>(
         &self,
         settings: EntitySettings,
         es: crate::entity::EventSourcedSettings,
     ) -> Result<crate::entity::EventSourcedHandle<T>, ConfigError> {
-        if settings.journal.is_none() {
+        if settings.journal.is_none() && !self.inner.proxy {
             return Err(ConfigError::Invalid {
                 name: "journal",
                 reason: format!("event-sourced type {} needs EntitySettings::journal", settings.type_key),

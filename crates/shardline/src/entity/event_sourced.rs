@@ -35,6 +35,7 @@
 //! }
 //! ```
 
+use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -141,6 +142,9 @@ pub struct Persistent<T: EventSourced> {
     state: Option<(T, u64)>,
     /// Sequence number of the latest snapshot.
     snapshot_at: u64,
+    /// The replies recorded for this entity, oldest first (the journal's window, loaded at
+    /// recovery and kept up to date since): a retry is answered from here, with no extra read.
+    replies: VecDeque<RecordedReply>,
 }
 
 /// The persistence id of an entity: its type and id.
@@ -151,7 +155,9 @@ pub fn persistence_id(type_key: &str, id: &str) -> String {
 impl<T: EventSourced> Persistent<T> {
     async fn recover(&mut self, ctx: &EntityContext, pid: &str) -> Result<(), PersistError> {
         let journal = ctx.journal().ok_or_else(|| PersistError::Unreadable("no journal".into()))?;
-        let (mut state, mut last) = match journal.load_snapshot(pid).await.map_err(journal_error)? {
+        let (snapshot, replies) = tokio::join!(journal.load_snapshot(pid), journal.recorded_replies(pid));
+        self.replies = replies.map_err(journal_error)?.into();
+        let (mut state, mut last) = match snapshot.map_err(journal_error)? {
             Some(s) if s.schema_version > T::SCHEMA_VERSION => {
                 return Err(PersistError::Unreadable(format!(
                     "{pid}: snapshot at {} has schema version {}, newer than {}",
@@ -194,15 +200,15 @@ impl<T: EventSourced> Persistent<T> {
         ctx.claim_shard().await.map_err(journal_error)?;
         let journal = ctx.journal().ok_or_else(|| PersistError::Unreadable("no journal".into()))?.clone();
         let pid = persistence_id(ctx.type_key(), self.id.as_str());
-        if let Some(rid) = &msg.request_id {
-            if let Some(bytes) = journal.recorded_reply(&pid, rid).await.map_err(journal_error)? {
-                // Handled before: its reply, and nothing applied again.
-                return postcard::from_bytes(&bytes)
-                    .map_err(|e| PersistError::Unreadable(format!("{pid}: recorded reply of {rid}: {e}")));
-            }
-        }
         if self.state.is_none() {
             self.recover(ctx, &pid).await?;
+        }
+        if let Some(rid) = &msg.request_id {
+            if let Some(r) = self.replies.iter().find(|r| r.request_id == *rid) {
+                // Handled before: its reply, and nothing applied again.
+                return postcard::from_bytes(&r.reply)
+                    .map_err(|e| PersistError::Unreadable(format!("{pid}: recorded reply of {rid}: {e}")));
+            }
         }
         let Some((state, last)) = self.state.as_ref() else {
             return Err(PersistError::Unreadable(format!("{pid}: not recovered")));
@@ -234,7 +240,7 @@ impl<T: EventSourced> Persistent<T> {
             expected_seq: last,
             events: records,
             remember: ctx.persistence.remember.is_some(),
-            reply: recorded,
+            reply: recorded.clone(),
             reply_window: ctx.persistence.event_sourced.reply_window.max(1),
         };
         match journal.append(request).await {
@@ -244,6 +250,12 @@ impl<T: EventSourced> Persistent<T> {
                         state.apply(e);
                     }
                     *last = new_last;
+                }
+                if let Some(r) = recorded {
+                    self.replies.push_back(r);
+                    while self.replies.len() > ctx.persistence.event_sourced.reply_window.max(1) {
+                        self.replies.pop_front();
+                    }
                 }
                 self.maybe_snapshot(ctx, &pid, ctx.persistence.event_sourced.snapshot_every).await;
                 Ok(reply)
@@ -285,7 +297,7 @@ impl<T: EventSourced> Entity for Persistent<T> {
     type Reply = Result<T::Reply, PersistError>;
 
     fn new(id: &EntityId) -> Self {
-        Persistent { id: id.clone(), state: None, snapshot_at: 0 }
+        Persistent { id: id.clone(), state: None, snapshot_at: 0, replies: VecDeque::new() }
     }
 
     async fn handle(&mut self, ctx: &mut EntityContext, msg: Persist<T::Command>) -> Result<T::Reply, PersistError> {

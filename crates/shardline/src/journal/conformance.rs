@@ -62,6 +62,7 @@ pub async fn run_all(journal: Arc<dyn Journal>, prefix: &str) -> Check {
     replies_are_recorded_with_their_events(j, &format!("{prefix}-reply")).await?;
     concurrent_writers_keep_each_history_linear(journal.clone(), &format!("{prefix}-many")).await?;
     concurrent_appends_record_and_remember(journal.clone(), &format!("{prefix}-many-replies")).await?;
+    the_highest_term_covers_every_fence(j, &format!("{prefix}-term")).await?;
     Ok(())
 }
 
@@ -211,6 +212,9 @@ pub async fn replies_are_recorded_with_their_events(j: &dyn Journal, t: &str) ->
     failed.reply = Some(RecordedReply { request_id: "req-x".into(), reply: vec![9] });
     ensure!(j.append(failed).await.is_err(), "a stale append succeeded");
     ensure!(get("req-x").await.map_err(|e| e.to_string())?.is_none(), "a failed append recorded its reply");
+    let window: Vec<String> =
+        j.recorded_replies(&pid).await.map_err(|e| e.to_string())?.into_iter().map(|r| r.request_id).collect();
+    ensure!(window == ["req-2", "req-3", "req-4"], "the window, oldest first: {window:?}");
     Ok(())
 }
 
@@ -298,5 +302,17 @@ pub async fn concurrent_appends_record_and_remember(journal: Arc<dyn Journal>, t
         let got = journal.recorded_reply(&pid, &format!("racer-{r}")).await.map_err(|e| e.to_string())?;
         ensure!(got.is_some() == (won[0] == r as usize), "racer-{r}'s reply: {got:?} (winner {})", won[0]);
     }
+    Ok(())
+}
+
+/// `highest_term` is at least the term of every fence raised (other data may hold higher ones).
+pub async fn the_highest_term_covers_every_fence(j: &dyn Journal, t: &str) -> Check {
+    let before = j.highest_term().await.map_err(|e| e.to_string())?;
+    let top = before + 3;
+    j.raise_fence(&fence(t, 0, e(top - 1, 9))).await.map_err(|e| e.to_string())?;
+    j.raise_fence(&fence(t, 1, e(top, 1))).await.map_err(|e| e.to_string())?;
+    j.raise_fence(&fence(t, 2, e(1, 1))).await.map_err(|e| e.to_string())?;
+    let after = j.highest_term().await.map_err(|e| e.to_string())?;
+    ensure!(after >= top, "highest term {after} is below a raised fence's term {top}");
     Ok(())
 }

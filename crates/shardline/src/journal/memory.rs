@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use shardline_core::{Epoch, ShardId};
 
-use super::{AppendRequest, BoxFuture, Fence, Journal, JournalError, Snapshot, StoredEvent};
+use super::{AppendRequest, BoxFuture, Fence, Journal, JournalError, RecordedReply, Snapshot, StoredEvent};
 
 #[derive(Default)]
 struct Tables {
@@ -142,6 +142,18 @@ impl Journal for InMemoryJournal {
         Box::pin(async move { r })
     }
 
+    fn recorded_replies(&self, persistence_id: &str) -> BoxFuture<'_, Result<Vec<RecordedReply>, JournalError>> {
+        let r = self.with(|t| {
+            Ok(t.replies
+                .get(persistence_id)
+                .map(|m| {
+                    m.iter().map(|((_, id), r)| RecordedReply { request_id: id.clone(), reply: r.clone() }).collect()
+                })
+                .unwrap_or_default())
+        });
+        Box::pin(async move { r })
+    }
+
     fn remembered(&self, type_key: &str, shard: ShardId) -> BoxFuture<'_, Result<Vec<String>, JournalError>> {
         let r = self.with(|t| {
             Ok(t.remembered
@@ -160,6 +172,11 @@ impl Journal for InMemoryJournal {
             }
             Ok(())
         });
+        Box::pin(async move { r })
+    }
+
+    fn highest_term(&self) -> BoxFuture<'_, Result<u64, JournalError>> {
+        let r = self.with(|t| Ok(t.fences.values().map(|e| e.term).max().unwrap_or(0)));
         Box::pin(async move { r })
     }
 }

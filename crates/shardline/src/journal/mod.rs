@@ -5,7 +5,7 @@
 //! the set of *remembered* entities (those started again when their shard starts). One trait,
 //! three implementations: [`InMemoryJournal`] here, SQLite (embedded, one file several node
 //! processes can share) and PostgreSQL in their own crates. One [`conformance`] suite runs
-//! against all three.
+//! against all three, and so do the end-to-end failure [`drills`].
 //!
 //! **Fencing.** The shard's epoch is the journal's fencing token, checked by the database itself.
 //! A node that starts hosting shard S at epoch e first calls [`Journal::raise_fence`] (the stored
@@ -18,6 +18,7 @@
 //! stale one is [`JournalError::Conflict`], never a duplicate or a gap.
 
 pub mod conformance;
+pub mod drills;
 mod memory;
 pub mod queue;
 
@@ -222,9 +223,18 @@ pub trait Journal: Send + Sync + 'static {
         request_id: &str,
     ) -> BoxFuture<'_, Result<Option<Vec<u8>>, JournalError>>;
 
+    /// Every reply still in the window of a persistence id, oldest first: an entity loads them
+    /// when it recovers, and answers retries from memory after that.
+    fn recorded_replies(&self, persistence_id: &str) -> BoxFuture<'_, Result<Vec<RecordedReply>, JournalError>>;
+
     /// The entities remembered in a shard.
     fn remembered(&self, type_key: &str, shard: ShardId) -> BoxFuture<'_, Result<Vec<String>, JournalError>>;
 
     /// Removes an entity from its shard's remembered set (fenced).
     fn forget(&self, fence: &Fence, entity_id: &str) -> BoxFuture<'_, Result<(), JournalError>>;
+
+    /// The highest term of any stored fence (0: none raised yet). A membership whose terms do
+    /// not outlive the cluster (seeds) starts above it, so that a cluster restarted from scratch
+    /// is not fenced out by its earlier incarnation.
+    fn highest_term(&self) -> BoxFuture<'_, Result<u64, JournalError>>;
 }

@@ -6,7 +6,7 @@
 use shardline_core::{Epoch, ShardId};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{AppendRequest, BoxFuture, Fence, Journal, JournalError, Snapshot, StoredEvent};
+use super::{AppendRequest, BoxFuture, Fence, Journal, JournalError, RecordedReply, Snapshot, StoredEvent};
 
 /// Where a request's answer goes.
 pub type Reply<T> = oneshot::Sender<Result<T, JournalError>>;
@@ -25,10 +25,14 @@ pub enum Job {
     LoadSnapshot(String, Reply<Option<Snapshot>>),
     /// [`Journal::recorded_reply`]: persistence id, request id.
     RecordedReply(String, String, Reply<Option<Vec<u8>>>),
+    /// [`Journal::recorded_replies`]: persistence id.
+    RecordedReplies(String, Reply<Vec<RecordedReply>>),
     /// [`Journal::remembered`]: entity type, shard.
     Remembered(String, ShardId, Reply<Vec<String>>),
     /// [`Journal::forget`]: fence, entity id.
     Forget(Fence, String, Reply<()>),
+    /// [`Journal::highest_term`].
+    HighestTerm(Reply<u64>),
 }
 
 impl Job {
@@ -42,7 +46,7 @@ impl Job {
 pub enum Outcome {
     /// Of `RaiseFence`.
     Epoch(Reply<Epoch>, Result<Epoch, JournalError>),
-    /// Of `Append`.
+    /// Of `Append` and `HighestTerm`.
     Seq(Reply<u64>, Result<u64, JournalError>),
     /// Of `Read`.
     Events(Reply<Vec<StoredEvent>>, Result<Vec<StoredEvent>, JournalError>),
@@ -52,6 +56,8 @@ pub enum Outcome {
     Snapshot(Reply<Option<Snapshot>>, Result<Option<Snapshot>, JournalError>),
     /// Of `RecordedReply`.
     Bytes(Reply<Option<Vec<u8>>>, Result<Option<Vec<u8>>, JournalError>),
+    /// Of `RecordedReplies`.
+    Replies(Reply<Vec<RecordedReply>>, Result<Vec<RecordedReply>, JournalError>),
     /// Of `Remembered`.
     Ids(Reply<Vec<String>>, Result<Vec<String>, JournalError>),
 }
@@ -61,11 +67,12 @@ impl Outcome {
     pub fn failed(job: Job, e: JournalError) -> Outcome {
         match job {
             Job::RaiseFence(_, r) => Outcome::Epoch(r, Err(e)),
-            Job::Append(_, r) => Outcome::Seq(r, Err(e)),
+            Job::Append(_, r) | Job::HighestTerm(r) => Outcome::Seq(r, Err(e)),
             Job::Read(_, _, r) => Outcome::Events(r, Err(e)),
             Job::SaveSnapshot(_, _, _, r) | Job::Forget(_, _, r) => Outcome::Unit(r, Err(e)),
             Job::LoadSnapshot(_, r) => Outcome::Snapshot(r, Err(e)),
             Job::RecordedReply(_, _, r) => Outcome::Bytes(r, Err(e)),
+            Job::RecordedReplies(_, r) => Outcome::Replies(r, Err(e)),
             Job::Remembered(_, _, r) => Outcome::Ids(r, Err(e)),
         }
     }
@@ -83,6 +90,7 @@ impl Outcome {
             Outcome::Unit(r, v) => send(r, v, commit),
             Outcome::Snapshot(r, v) => send(r, v, commit),
             Outcome::Bytes(r, v) => send(r, v, commit),
+            Outcome::Replies(r, v) => send(r, v, commit),
             Outcome::Ids(r, v) => send(r, v, commit),
         }
     }
@@ -160,6 +168,11 @@ impl Journal for QueuedJournal {
         self.call(|r| Job::RecordedReply(pid, id, r))
     }
 
+    fn recorded_replies(&self, persistence_id: &str) -> BoxFuture<'_, Result<Vec<RecordedReply>, JournalError>> {
+        let pid = persistence_id.to_string();
+        self.call(|r| Job::RecordedReplies(pid, r))
+    }
+
     fn remembered(&self, type_key: &str, shard: ShardId) -> BoxFuture<'_, Result<Vec<String>, JournalError>> {
         let t = type_key.to_string();
         self.call(|r| Job::Remembered(t, shard, r))
@@ -168,5 +181,9 @@ impl Journal for QueuedJournal {
     fn forget(&self, fence: &Fence, entity_id: &str) -> BoxFuture<'_, Result<(), JournalError>> {
         let (f, id) = (fence.clone(), entity_id.to_string());
         self.call(|r| Job::Forget(f, id, r))
+    }
+
+    fn highest_term(&self) -> BoxFuture<'_, Result<u64, JournalError>> {
+        self.call(Job::HighestTerm)
     }
 }

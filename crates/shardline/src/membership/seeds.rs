@@ -35,6 +35,11 @@ pub struct SeedsConfig {
     pub phi: PhiAccrualConfig,
     /// How long down or removed members are remembered (default 60 s).
     pub tombstone_ttl: Duration,
+    /// Terms this node leads with are above this one (default 0). Gossip keeps terms growing
+    /// while any member lives; a cluster restarted from scratch starts again from here. Set it
+    /// to the journal's highest fence term ([`Journal::highest_term`](crate::journal::Journal::highest_term))
+    /// or the restarted cluster's writes would be fenced out by its own earlier incarnation.
+    pub term_floor: u64,
 }
 
 impl Default for SeedsConfig {
@@ -48,6 +53,7 @@ impl Default for SeedsConfig {
                 ..PhiAccrualConfig::default()
             },
             tombstone_ttl: Duration::from_secs(60),
+            term_floor: 0,
         }
     }
 }
@@ -68,6 +74,12 @@ impl Seeds {
     /// With settings.
     pub fn with_config(mut self, config: SeedsConfig) -> Self {
         self.config = config;
+        self
+    }
+
+    /// Leads only with terms above `floor`; see [`SeedsConfig::term_floor`].
+    pub fn term_floor(mut self, floor: u64) -> Self {
+        self.config.term_floor = floor;
         self
     }
 }
@@ -230,7 +242,7 @@ impl State {
         let i_lead = leader.as_ref() == Some(&me);
         let my_term = self.members.get(&me).map(|m| m.leader_term).unwrap_or(0);
         if i_lead && my_term == 0 {
-            self.max_term += 1;
+            self.max_term = self.max_term.max(self.config.term_floor) + 1;
             let t = self.max_term;
             if let Some(m) = self.members.get_mut(&me) {
                 m.leader_term = t;
@@ -470,6 +482,24 @@ mod tests {
         second.merge(first.gossip());
         second.tick();
         assert_eq!(second.view().leader, Some((first.me.clone(), 1)));
+    }
+
+    /// A cluster restarted from scratch on a journal whose fences reached term 7 leads with 8.
+    #[test]
+    fn the_first_term_is_above_the_floor() {
+        let me = GossipMember {
+            node: NodeId::new("n1", 1),
+            addr: "127.0.0.1:1".into(),
+            status: MemberStatus::Up,
+            app_version: "1".into(),
+            roles: Vec::new(),
+            weight: 1,
+            leader_term: 0,
+        };
+        let config = SeedsConfig { term_floor: 7, ..SeedsConfig::default() };
+        let mut first = State::new(me, config, Some(Instant::now()));
+        first.tick();
+        assert_eq!(term(&first), Some(8));
     }
 
     /// The first seed starts the cluster (term 1); an older node joins, so the seed steps down
