@@ -11,7 +11,7 @@
 //!   refused instead of misread.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Transaction};
 use shardline::journal::queue::{Job, Outcome};
@@ -53,11 +53,18 @@ impl SqliteJournal {
     /// its writer thread.
     pub fn open(path: impl AsRef<Path>) -> Result<QueuedJournal, JournalError> {
         let path = path.as_ref().to_path_buf();
-        let mut conn = Connection::open(&path).map_err(|e| unavailable(&path, e))?;
-        conn.busy_handler(Some(wait_for_lock)).map_err(|e| failed(&path, e))?;
-        conn.pragma_update(None, "journal_mode", "WAL").map_err(|e| failed(&path, e))?;
-        conn.pragma_update(None, "synchronous", "NORMAL").map_err(|e| failed(&path, e))?;
-        migrate(&mut conn).map_err(|e| JournalError::Failed(format!("{}: {e}", path.display())))?;
+        // Node processes that start together race to create the file, switch it to WAL and
+        // migrate it; SQLite answers one of two connections that both want to upgrade a lock
+        // "busy" at once (no busy handler can resolve that), so the loser starts over.
+        let deadline = Instant::now() + OPEN_WAIT;
+        let conn = loop {
+            match connect(&path) {
+                Ok(conn) => break conn,
+                Err(e) if is_busy(&e) && Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+                Err(e) if is_busy(&e) => return Err(unavailable(&path, e)),
+                Err(e) => return Err(failed(&path, e)),
+            }
+        };
         let (journal, rx) = QueuedJournal::new(4096);
         let thread_path = path.clone();
         std::thread::Builder::new()
@@ -100,22 +107,43 @@ fn db(e: rusqlite::Error) -> JournalError {
     }
 }
 
-fn migrate(conn: &mut Connection) -> Result<(), String> {
-    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(|e| e.to_string())?;
-    tx.execute("CREATE TABLE IF NOT EXISTS shardline_schema (version INTEGER NOT NULL)", [])
-        .map_err(|e| e.to_string())?;
-    let version: Option<i64> =
-        tx.query_row("SELECT MAX(version) FROM shardline_schema", [], |r| r.get(0)).map_err(|e| e.to_string())?;
+/// How long opening a file may wait for other processes that open it at the same time.
+const OPEN_WAIT: Duration = Duration::from_secs(10);
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked))
+}
+
+/// Opens the file, switches it to WAL and migrates it.
+fn connect(path: &Path) -> Result<Connection, rusqlite::Error> {
+    let mut conn = Connection::open(path)?;
+    conn.busy_handler(Some(wait_for_lock))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    migrate(&mut conn)?;
+    Ok(conn)
+}
+
+/// A file of a newer schema version than this build knows.
+fn newer(version: i64, known: i64) -> rusqlite::Error {
+    let msg = format!("schema version {version} is newer than this build knows ({known})");
+    rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR), Some(msg))
+}
+
+fn migrate(conn: &mut Connection) -> Result<(), rusqlite::Error> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    tx.execute("CREATE TABLE IF NOT EXISTS shardline_schema (version INTEGER NOT NULL)", [])?;
+    let version: Option<i64> = tx.query_row("SELECT MAX(version) FROM shardline_schema", [], |r| r.get(0))?;
     let version = version.unwrap_or(0);
     let known = MIGRATIONS.len() as i64;
     if version > known {
-        return Err(format!("schema version {version} is newer than this build knows ({known})"));
+        return Err(newer(version, known));
     }
     for (i, m) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-        tx.execute_batch(m).map_err(|e| format!("migration {}: {e}", i + 1))?;
-        tx.execute("INSERT INTO shardline_schema (version) VALUES (?1)", [i as i64 + 1]).map_err(|e| e.to_string())?;
+        tx.execute_batch(m)?;
+        tx.execute("INSERT INTO shardline_schema (version) VALUES (?1)", [i as i64 + 1])?;
     }
-    tx.commit().map_err(|e| e.to_string())
+    tx.commit()
 }
 
 fn to_i64(v: u64, what: &str) -> Result<i64, JournalError> {

@@ -91,3 +91,20 @@ async fn sqlite_outage_under_load() {
     shardline::journal::drills::outage_under_load(Arc::new(j), "lite", cut, restore).await.unwrap();
     let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }
+
+/// Node processes that start together open (create, switch to WAL, migrate) one new file at
+/// once: every one of them gets the journal.
+#[test]
+fn many_open_one_new_file_at_once() {
+    let path = temp_file("racing-opens");
+    let openers: Vec<_> = (0..8)
+        .map(|_| {
+            let p = path.clone();
+            std::thread::spawn(move || SqliteJournal::open(&p).map(drop))
+        })
+        .collect();
+    for o in openers {
+        assert_eq!(o.join().expect("opener"), Ok(()));
+    }
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
+}
