@@ -407,6 +407,7 @@ async fn run_job(tx: &mut Transaction<'_>, job: Job) -> Outcome {
         Job::RaiseFence(f, r) => Outcome::Epoch(r, in_savepoint(tx, |sp| Box::pin(raise_fence(sp, f))).await),
         Job::Append(req, r) => Outcome::Seq(r, in_savepoint(tx, |sp| Box::pin(append(sp, *req))).await),
         Job::Read(pid, from, r) => Outcome::Events(r, read(tx, &pid, from).await),
+        Job::LastSeq(pid, r) => Outcome::Seq(r, last_seq(tx, &pid).await),
         Job::SaveSnapshot(f, pid, s, r) => {
             Outcome::Unit(r, in_savepoint(tx, |sp| Box::pin(save_snapshot(sp, f, pid, s))).await)
         }
@@ -503,14 +504,18 @@ async fn raise_fence(tx: &Transaction<'_>, f: Fence) -> Result<Epoch, JournalErr
         .ok_or_else(|| JournalError::Failed(format!("the fence of {} shard {} was not stored", f.type_key, f.shard.0)))
 }
 
+async fn last_seq(tx: &Transaction<'_>, pid: &str) -> Result<u64, JournalError> {
+    let row = tx
+        .query_one("SELECT COALESCE(MAX(seq), 0) FROM shardline_events WHERE persistence_id = $1", &[&pid])
+        .await
+        .map_err(db)?;
+    to_u64(col(&row, 0)?, pid, 0, "last sequence number")
+}
+
 async fn append(tx: &Transaction<'_>, req: AppendRequest) -> Result<u64, JournalError> {
     check_fence(tx, &req.fence).await?;
     let pid = &req.persistence_id;
-    let row = tx
-        .query_one("SELECT COALESCE(MAX(seq), 0) FROM shardline_events WHERE persistence_id = $1", &[pid])
-        .await
-        .map_err(db)?;
-    let last = to_u64(col(&row, 0)?, pid, 0, "last sequence number")?;
+    let last = last_seq(tx, pid).await?;
     if last != req.expected_seq {
         return Err(JournalError::Conflict { persistence_id: pid.clone(), expected: req.expected_seq, actual: last });
     }

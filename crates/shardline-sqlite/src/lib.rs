@@ -203,6 +203,7 @@ fn run_job(tx: &mut Transaction<'_>, job: Job) -> Outcome {
         Job::RaiseFence(f, r) => Outcome::Epoch(r, in_savepoint(tx, |sp| raise_fence(sp, &f))),
         Job::Append(req, r) => Outcome::Seq(r, in_savepoint(tx, |sp| append(sp, &req))),
         Job::Read(pid, from, r) => Outcome::Events(r, read(tx, &pid, from)),
+        Job::LastSeq(pid, r) => Outcome::Seq(r, last_seq(tx, &pid)),
         Job::SaveSnapshot(f, pid, s, r) => Outcome::Unit(r, in_savepoint(tx, |sp| save_snapshot(sp, &f, &pid, &s))),
         Job::LoadSnapshot(pid, r) => Outcome::Snapshot(r, load_snapshot(tx, &pid)),
         Job::RecordedReply(pid, id, r) => Outcome::Bytes(r, recorded_reply(tx, &pid, &id)),

@@ -23,6 +23,8 @@ struct Tally {
 enum TallyCmd {
     Add(u64),
     Get,
+    /// Adds without needing the total: answers 0.
+    Log(u64),
 }
 
 #[derive(Serialize, Deserialize)]
@@ -46,6 +48,14 @@ impl EventSourced for Tally {
         match command {
             TallyCmd::Add(k) => (vec![Added(k)], self.n + k),
             TallyCmd::Get => (Vec::new(), self.n),
+            TallyCmd::Log(k) => (vec![Added(k)], 0),
+        }
+    }
+
+    fn decide_without_state(command: &TallyCmd) -> Option<(Vec<Added>, u64)> {
+        match command {
+            TallyCmd::Log(k) => Some((vec![Added(*k)], 0)),
+            _ => None,
         }
     }
 }
@@ -185,6 +195,27 @@ async fn an_unknown_event_is_refused_with_its_place() {
     let (_c, h) = node("es-unknown", "solo", None, &journal, EventSourcedSettings::default()).await;
     let err = h.ask("u", TallyCmd::Get).await.expect_err("unreadable");
     assert!(matches!(&err, Error::Rejected(m) if m.contains("tally|u event 1")), "{err:?}");
+}
+
+/// A command that needs no state is appended without reading the history: it succeeds on an
+/// entity whose history cannot even be read (its first event is of an unknown type), where a
+/// command that needs the state is refused; a retried one is still applied once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_needs_no_state_does_not_recover() {
+    let journal = InMemoryJournal::new();
+    let shard = EntitySettings::new("tally").shards(SHARDS).shard_of("b");
+    let f = Fence { type_key: "tally".into(), shard, epoch: Epoch { term: 0, seq: 1 } };
+    journal.raise_fence(&f).await.unwrap();
+    let mut req = append(&f, "tally|b", 0, 0);
+    req.events = vec![EventRecord { type_name: "tally.renamed".into(), schema_version: 1, payload: vec![1] }];
+    journal.append(req).await.unwrap();
+    let (_c, h) = node("es-blind", "solo", None, &journal, EventSourcedSettings::default()).await;
+    assert_eq!(h.ask("b", TallyCmd::Log(5)).await, Ok(0), "appended without recovering");
+    assert_eq!(h.ask_with_request_id("b", TallyCmd::Log(7), "log-7").await, Ok(0));
+    assert_eq!(h.ask_with_request_id("b", TallyCmd::Log(7), "log-7").await, Ok(0), "the retry");
+    assert_eq!(journal.read("tally|b", 1).await.unwrap().len(), 3, "the unknown event, then two logs");
+    let err = h.ask("b", TallyCmd::Get).await.expect_err("reading the state needs the history");
+    assert!(matches!(&err, Error::Rejected(m) if m.contains("tally|b event 1")), "{err:?}");
 }
 
 /// With remembered entities, every entity that wrote starts again, recovered, when its shard

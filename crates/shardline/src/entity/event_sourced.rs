@@ -4,7 +4,9 @@
 //! answer; [`apply`](EventSourced::apply) folds an event into the state. Shardline runs it as an
 //! ordinary entity ([`Persistent`]) that
 //!
-//! - recovers on the first command, from the latest snapshot and the events after it;
+//! - recovers on the first command that needs its state, from the latest snapshot and the events
+//!   after it (a command that needs none, see [`EventSourced::decide_without_state`], is
+//!   appended without reading the history);
 //! - appends the command's events, fenced by its shard's epoch and with the sequence number it
 //!   last saw, and answers only once they are durable;
 //! - records the reply with the events when the ask carries a request id, so that a retry (after
@@ -73,6 +75,15 @@ pub trait EventSourced: Serialize + DeserializeOwned + Sized + Send + 'static {
     /// Decides what a command does: the events to persist (none for a read) and the reply, which
     /// the caller gets only once the events are durable.
     fn decide(&self, command: Self::Command) -> (Vec<Self::Event>, Self::Reply);
+
+    /// The events and reply of a command that needs no state (a fact to log, a value to set),
+    /// or None (the default) when it does. Such a command sent to an entity that has not been
+    /// recovered yet is appended without reading its history; once recovered, every command goes
+    /// through [`decide`](Self::decide), which must agree.
+    fn decide_without_state(command: &Self::Command) -> Option<(Vec<Self::Event>, Self::Reply)> {
+        let _ = command;
+        None
+    }
 }
 
 /// Settings of an event-sourced type, on top of its [`EntitySettings`](super::EntitySettings).
@@ -133,6 +144,10 @@ fn journal_error(e: JournalError) -> PersistError {
         e @ JournalError::Corrupt { .. } => PersistError::Unreadable(e.to_string()),
         e => PersistError::NotApplied(e.to_string()),
     }
+}
+
+fn decode_reply<R: DeserializeOwned>(pid: &str, rid: &str, bytes: &[u8]) -> Result<R, PersistError> {
+    postcard::from_bytes(bytes).map_err(|e| PersistError::Unreadable(format!("{pid}: recorded reply of {rid}: {e}")))
 }
 
 /// The entity that runs an [`EventSourced`] type.
@@ -201,13 +216,15 @@ impl<T: EventSourced> Persistent<T> {
         let journal = ctx.journal().ok_or_else(|| PersistError::Unreadable("no journal".into()))?.clone();
         let pid = persistence_id(ctx.type_key(), self.id.as_str());
         if self.state.is_none() {
+            if let Some((events, reply)) = T::decide_without_state(&msg.command) {
+                return self.write_without_state(ctx, &pid, msg.request_id, events, reply).await;
+            }
             self.recover(ctx, &pid).await?;
         }
         if let Some(rid) = &msg.request_id {
             if let Some(r) = self.replies.iter().find(|r| r.request_id == *rid) {
                 // Handled before: its reply, and nothing applied again.
-                return postcard::from_bytes(&r.reply)
-                    .map_err(|e| PersistError::Unreadable(format!("{pid}: recorded reply of {rid}: {e}")));
+                return decode_reply(&pid, rid, &r.reply);
             }
         }
         let Some((state, last)) = self.state.as_ref() else {
@@ -219,30 +236,7 @@ impl<T: EventSourced> Persistent<T> {
             // A read changes nothing: answering it again is harmless, so nothing is recorded.
             return Ok(reply);
         }
-        let mut records = Vec::with_capacity(events.len());
-        for e in &events {
-            let payload = postcard::to_allocvec(e)
-                .map_err(|err| PersistError::NotApplied(format!("{pid}: an event cannot be encoded: {err}")))?;
-            records.push(EventRecord { type_name: T::EVENT_TYPE.into(), schema_version: T::SCHEMA_VERSION, payload });
-        }
-        let recorded = match &msg.request_id {
-            Some(rid) => Some(RecordedReply {
-                request_id: rid.clone(),
-                reply: postcard::to_allocvec(&reply)
-                    .map_err(|e| PersistError::NotApplied(format!("{pid}: the reply cannot be encoded: {e}")))?,
-            }),
-            None => None,
-        };
-        let request = AppendRequest {
-            fence: ctx.fence(),
-            persistence_id: pid.clone(),
-            entity_id: self.id.as_str().to_string(),
-            expected_seq: last,
-            events: records,
-            remember: ctx.persistence.remember.is_some(),
-            reply: recorded.clone(),
-            reply_window: ctx.persistence.event_sourced.reply_window.max(1),
-        };
+        let (request, recorded) = self.append_request(ctx, &pid, last, &events, msg.request_id, &reply)?;
         match journal.append(request).await {
             Ok(new_last) => {
                 if let Some((state, last)) = self.state.as_mut() {
@@ -267,6 +261,70 @@ impl<T: EventSourced> Persistent<T> {
                 Err(journal_error(e))
             }
         }
+    }
+
+    /// A command that needs no state, for an entity not recovered: appended after the last
+    /// stored event without reading the history (Endless's event writer without a state reader).
+    /// A retry is looked up in the journal, since the reply window is not loaded either.
+    async fn write_without_state(
+        &mut self,
+        ctx: &EntityContext,
+        pid: &str,
+        request_id: Option<String>,
+        events: Vec<T::Event>,
+        reply: T::Reply,
+    ) -> Result<T::Reply, PersistError> {
+        let journal = ctx.journal().ok_or_else(|| PersistError::Unreadable("no journal".into()))?;
+        if let Some(rid) = &request_id {
+            if let Some(bytes) = journal.recorded_reply(pid, rid).await.map_err(journal_error)? {
+                return decode_reply(pid, rid, &bytes);
+            }
+        }
+        if events.is_empty() {
+            return Ok(reply);
+        }
+        let last = journal.last_seq(pid).await.map_err(journal_error)?;
+        let (request, _) = self.append_request(ctx, pid, last, &events, request_id, &reply)?;
+        journal.append(request).await.map_err(journal_error)?;
+        Ok(reply)
+    }
+
+    /// The append of a command's events after `expected`, with its reply recorded under its
+    /// request id.
+    fn append_request(
+        &self,
+        ctx: &EntityContext,
+        pid: &str,
+        expected: u64,
+        events: &[T::Event],
+        request_id: Option<String>,
+        reply: &T::Reply,
+    ) -> Result<(AppendRequest, Option<RecordedReply>), PersistError> {
+        let mut records = Vec::with_capacity(events.len());
+        for e in events {
+            let payload = postcard::to_allocvec(e)
+                .map_err(|err| PersistError::NotApplied(format!("{pid}: an event cannot be encoded: {err}")))?;
+            records.push(EventRecord { type_name: T::EVENT_TYPE.into(), schema_version: T::SCHEMA_VERSION, payload });
+        }
+        let recorded = match request_id {
+            Some(rid) => Some(RecordedReply {
+                request_id: rid,
+                reply: postcard::to_allocvec(reply)
+                    .map_err(|e| PersistError::NotApplied(format!("{pid}: the reply cannot be encoded: {e}")))?,
+            }),
+            None => None,
+        };
+        let request = AppendRequest {
+            fence: ctx.fence(),
+            persistence_id: pid.to_string(),
+            entity_id: self.id.as_str().to_string(),
+            expected_seq: expected,
+            events: records,
+            remember: ctx.persistence.remember.is_some(),
+            reply: recorded.clone(),
+            reply_window: ctx.persistence.event_sourced.reply_window.max(1),
+        };
+        Ok((request, recorded))
     }
 
     async fn maybe_snapshot(&mut self, ctx: &EntityContext, pid: &str, every: u64) {

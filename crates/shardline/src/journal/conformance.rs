@@ -215,6 +215,8 @@ pub async fn replies_are_recorded_with_their_events(j: &dyn Journal, t: &str) ->
     let window: Vec<String> =
         j.recorded_replies(&pid).await.map_err(|e| e.to_string())?.into_iter().map(|r| r.request_id).collect();
     ensure!(window == ["req-2", "req-3", "req-4"], "the window, oldest first: {window:?}");
+    ensure!(j.last_seq(&pid).await.map_err(|e| e.to_string())? == 5, "the last sequence number");
+    ensure!(j.last_seq(&format!("{t}|none")).await.map_err(|e| e.to_string())? == 0, "no events: 0");
     Ok(())
 }
 

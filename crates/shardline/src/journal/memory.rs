@@ -107,6 +107,11 @@ impl Journal for InMemoryJournal {
         Box::pin(async move { r })
     }
 
+    fn last_seq(&self, persistence_id: &str) -> BoxFuture<'_, Result<u64, JournalError>> {
+        let r = self.with(|t| Ok(t.events.get(persistence_id).and_then(|e| e.last()).map_or(0, |e| e.seq)));
+        Box::pin(async move { r })
+    }
+
     fn save_snapshot(
         &self,
         fence: &Fence,

@@ -204,6 +204,10 @@ pub trait Journal: Send + Sync + 'static {
     /// Events of a persistence id from sequence number `from` (inclusive), in order.
     fn read(&self, persistence_id: &str, from: u64) -> BoxFuture<'_, Result<Vec<StoredEvent>, JournalError>>;
 
+    /// The sequence number of the last event of a persistence id (0: none): what a write that
+    /// needs no state appends after, without reading the history.
+    fn last_seq(&self, persistence_id: &str) -> BoxFuture<'_, Result<u64, JournalError>>;
+
     /// Keeps `snapshot` as the latest of the persistence id (fenced like an append; an older
     /// snapshot than the stored one is ignored).
     fn save_snapshot(

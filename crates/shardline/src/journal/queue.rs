@@ -19,6 +19,8 @@ pub enum Job {
     Append(Box<AppendRequest>, Reply<u64>),
     /// [`Journal::read`]: persistence id, first sequence number.
     Read(String, u64, Reply<Vec<StoredEvent>>),
+    /// [`Journal::last_seq`]: persistence id.
+    LastSeq(String, Reply<u64>),
     /// [`Journal::save_snapshot`]: fence, persistence id, snapshot.
     SaveSnapshot(Fence, String, Snapshot, Reply<()>),
     /// [`Journal::load_snapshot`]: persistence id.
@@ -46,7 +48,7 @@ impl Job {
 pub enum Outcome {
     /// Of `RaiseFence`.
     Epoch(Reply<Epoch>, Result<Epoch, JournalError>),
-    /// Of `Append` and `HighestTerm`.
+    /// Of `Append`, `LastSeq` and `HighestTerm`.
     Seq(Reply<u64>, Result<u64, JournalError>),
     /// Of `Read`.
     Events(Reply<Vec<StoredEvent>>, Result<Vec<StoredEvent>, JournalError>),
@@ -67,7 +69,7 @@ impl Outcome {
     pub fn failed(job: Job, e: JournalError) -> Outcome {
         match job {
             Job::RaiseFence(_, r) => Outcome::Epoch(r, Err(e)),
-            Job::Append(_, r) | Job::HighestTerm(r) => Outcome::Seq(r, Err(e)),
+            Job::Append(_, r) | Job::LastSeq(_, r) | Job::HighestTerm(r) => Outcome::Seq(r, Err(e)),
             Job::Read(_, _, r) => Outcome::Events(r, Err(e)),
             Job::SaveSnapshot(_, _, _, r) | Job::Forget(_, _, r) => Outcome::Unit(r, Err(e)),
             Job::LoadSnapshot(_, r) => Outcome::Snapshot(r, Err(e)),
@@ -142,6 +144,11 @@ impl Journal for QueuedJournal {
     fn read(&self, persistence_id: &str, from: u64) -> BoxFuture<'_, Result<Vec<StoredEvent>, JournalError>> {
         let pid = persistence_id.to_string();
         self.call(|r| Job::Read(pid, from, r))
+    }
+
+    fn last_seq(&self, persistence_id: &str) -> BoxFuture<'_, Result<u64, JournalError>> {
+        let pid = persistence_id.to_string();
+        self.call(|r| Job::LastSeq(pid, r))
     }
 
     fn save_snapshot(
