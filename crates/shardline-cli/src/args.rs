@@ -137,7 +137,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub concurrency: u64,
     /// Entities: asked (ask scenarios), activated (idle-memory, rebalance); appends per writer
-    /// (journal, default 100).
+    /// (journal, default 1,000).
     #[arg(long)]
     pub entities: Option<u64>,
 }
