@@ -13,6 +13,7 @@
 //! - **Schema**: the tables live in a schema of their own (default `shardline`), migrated in
 //!   versions under an advisory lock, so node processes starting together migrate once.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use shardline::journal::queue::{Job, Outcome};
@@ -57,12 +58,16 @@ pub struct PostgresConfig {
     pub schema: String,
     /// Longest wait to connect, and for one statement (the server cancels it after that).
     pub timeout: Duration,
+    /// Connections, each with a writer of its own; an entity's requests always go to the same
+    /// one, so they keep their order. With one, a batch waits for the previous one's commit;
+    /// with two, one batch forms while the other commits.
+    pub connections: usize,
 }
 
 impl PostgresConfig {
-    /// Defaults: schema `shardline`, 5 s timeout.
+    /// Defaults: schema `shardline`, 5 s timeout, 2 connections.
     pub fn new(url: impl Into<String>) -> Self {
-        PostgresConfig { url: url.into(), schema: "shardline".into(), timeout: Duration::from_secs(5) }
+        PostgresConfig { url: url.into(), schema: "shardline".into(), timeout: Duration::from_secs(5), connections: 2 }
     }
 
     /// The tables' schema.
@@ -88,7 +93,14 @@ impl PostgresJournal {
         let client = connect(&config).await?;
         migrate(&client, &config.schema).await?;
         let (journal, rx) = QueuedJournal::new(4096);
-        tokio::spawn(writer(config, Some(client), rx));
+        let mut writers = Vec::new();
+        let mut first = Some(client);
+        for _ in 0..config.connections.max(1) {
+            let (tx, rx) = mpsc::channel(4096);
+            tokio::spawn(writer(config.clone(), first.take(), rx));
+            writers.push(tx);
+        }
+        tokio::spawn(route(rx, writers));
         Ok(journal)
     }
 }
@@ -176,6 +188,7 @@ async fn migrate(client: &Client, schema: &str) -> Result<(), JournalError> {
 struct Conn {
     client: Client,
     append: tokio_postgres::Statement,
+    append_many: tokio_postgres::Statement,
 }
 
 async fn open_conn(config: &PostgresConfig, client: Option<Client>) -> Result<Conn, JournalError> {
@@ -184,7 +197,33 @@ async fn open_conn(config: &PostgresConfig, client: Option<Client>) -> Result<Co
         None => connect(config).await?,
     };
     let append = client.prepare(APPEND).await.map_err(db)?;
-    Ok(Conn { client, append })
+    let append_many = client.prepare(APPEND_MANY).await.map_err(db)?;
+    Ok(Conn { client, append, append_many })
+}
+
+/// Hands each request to a writer: those of one persistence id always to the same one (their
+/// order is kept), the rest to the first.
+async fn route(mut rx: mpsc::Receiver<Job>, writers: Vec<mpsc::Sender<Job>>) {
+    while let Some(job) = rx.recv().await {
+        let pid = match &job {
+            Job::Append(req, _) => Some(req.persistence_id.as_str()),
+            Job::Read(pid, ..)
+            | Job::LastSeq(pid, _)
+            | Job::SaveSnapshot(_, pid, ..)
+            | Job::LoadSnapshot(pid, _)
+            | Job::RecordedReply(pid, ..)
+            | Job::RecordedReplies(pid, _) => Some(pid.as_str()),
+            Job::RaiseFence(..) | Job::Remembered(..) | Job::Forget(..) | Job::HighestTerm(_) => None,
+        };
+        let i = pid.map_or(0, |p| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            std::hash::Hash::hash(p, &mut h);
+            (std::hash::Hasher::finish(&h) % writers.len() as u64) as usize
+        });
+        if let Err(mpsc::error::SendError(job)) = writers[i].send(job).await {
+            job.fail(JournalError::Unavailable("the journal's writer stopped".into()));
+        }
+    }
 }
 
 async fn writer(config: PostgresConfig, first_client: Option<Client>, mut rx: mpsc::Receiver<Job>) {
@@ -225,11 +264,17 @@ async fn writer(config: PostgresConfig, first_client: Option<Client>, mut rx: mp
 /// Runs a batch in one transaction and answers every request once the commit's fate is known:
 /// nothing is acknowledged before it is durable.
 async fn run_batch(conn: &mut Conn, batch: Vec<Job>) -> Result<(), JournalError> {
-    let Conn { client, append } = conn;
+    let Conn { client, append, append_many } = conn;
     if batch.len() > 1 && batch.iter().all(|j| matches!(j, Job::Append(..))) {
         let requests: Vec<&AppendRequest> =
             batch.iter().filter_map(|j| if let Job::Append(r, _) = j { Some(&**r) } else { None }).collect();
-        match pipelined_appends(client, append, &requests).await {
+        let distinct = requests.iter().map(|r| r.persistence_id.as_str()).collect::<HashSet<_>>().len();
+        let result = if distinct == requests.len() {
+            batched_appends(client, append_many, &requests).await
+        } else {
+            pipelined_appends(client, append, &requests).await
+        };
+        match result {
             Ok((results, committed)) => {
                 for (job, result) in batch.into_iter().zip(results) {
                     if let Job::Append(_, r) = job {
@@ -298,6 +343,130 @@ WITH fence AS (
           ORDER BY seq DESC, recorded DESC LIMIT GREATEST($14::BIGINT - 1, 0))
 )
 SELECT (SELECT term FROM fence), (SELECT seq FROM fence), (SELECT s FROM last), EXISTS (SELECT 1 FROM ok)";
+
+/// [`APPEND`] for a whole batch of appends to distinct persistence ids, in one statement: the
+/// server runs one statement per batch instead of one per append. (A batch that appends twice to
+/// one entity takes the pipelined path: within one statement the second append would not see
+/// the first one's events.) Answers one row per append, in order, shaped like [`APPEND`]'s.
+const APPEND_MANY: &str = "
+WITH req AS (
+    SELECT * FROM UNNEST($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::BIGINT[], $5::BIGINT[], $6::BIGINT[],
+                         $7::TEXT[], $8::BOOL[], $9::TEXT[], $10::BYTEA[], $11::BIGINT[], $12::BIGINT[])
+        WITH ORDINALITY AS r(type_key, shard, pid, term, eseq, expected, entity_id, remember, request_id, reply,
+                             win, events, idx)
+), fence AS (
+    SELECT r.idx, f.term, f.seq FROM req r
+    JOIN shardline_fences f ON f.type_key = r.type_key AND f.shard = r.shard FOR SHARE OF f
+), last AS (
+    SELECT r.idx, (SELECT COALESCE(MAX(e.seq), 0) FROM shardline_events e WHERE e.persistence_id = r.pid) AS s
+    FROM req r
+), ok AS (
+    SELECT r.* FROM req r JOIN fence f ON f.idx = r.idx JOIN last l ON l.idx = r.idx
+    WHERE (f.term, f.seq) <= (r.term, r.eseq) AND l.s = r.expected
+), ins AS (
+    INSERT INTO shardline_events (persistence_id, seq, type_name, schema_version, payload)
+    SELECT ok.pid, ok.expected + e.ord, e.name, e.version, e.payload
+    FROM UNNEST($13::BIGINT[], $14::BIGINT[], $15::TEXT[], $16::BIGINT[], $17::BYTEA[])
+        AS e(idx, ord, name, version, payload)
+    JOIN ok ON ok.idx = e.idx
+), rem AS (
+    INSERT INTO shardline_remembered (type_key, shard, entity_id)
+    SELECT type_key, shard, entity_id FROM ok WHERE remember ON CONFLICT DO NOTHING
+), rep AS (
+    INSERT INTO shardline_replies (persistence_id, request_id, seq, reply)
+    SELECT pid, request_id, expected + events, reply FROM ok WHERE request_id IS NOT NULL
+    ON CONFLICT (persistence_id, request_id) DO UPDATE
+        SET seq = EXCLUDED.seq, reply = EXCLUDED.reply, recorded = DEFAULT
+), old AS (
+    DELETE FROM shardline_replies d USING ok
+    WHERE d.persistence_id = ok.pid AND ok.request_id IS NOT NULL AND d.request_id <> ok.request_id
+      AND d.request_id NOT IN (
+          SELECT request_id FROM shardline_replies
+          WHERE persistence_id = ok.pid AND request_id <> ok.request_id
+          ORDER BY seq DESC, recorded DESC LIMIT GREATEST(ok.win - 1, 0))
+)
+SELECT f.term, f.seq, l.s, EXISTS (SELECT 1 FROM ok WHERE ok.idx = r.idx)
+FROM req r JOIN last l ON l.idx = r.idx LEFT JOIN fence f ON f.idx = r.idx
+ORDER BY r.idx";
+
+/// Runs a batch of appends to distinct persistence ids as one [`APPEND_MANY`] statement in one
+/// transaction. Returns each append's result and the commit's; `Err` when the statement failed,
+/// which rolled everything back.
+async fn batched_appends(
+    client: &mut Client,
+    statement: &tokio_postgres::Statement,
+    requests: &[&AppendRequest],
+) -> Result<(Vec<Result<u64, JournalError>>, Result<(), JournalError>), JournalError> {
+    let args: Vec<AppendArgs<'_>> = requests.iter().map(|r| AppendArgs::new(r)).collect::<Result<_, _>>()?;
+    let column = |f: &dyn Fn(&AppendArgs<'_>) -> i64| args.iter().map(f).collect::<Vec<i64>>();
+    let (shards, terms, eseqs, expected, windows) = (
+        column(&|a| a.shard),
+        column(&|a| a.term),
+        column(&|a| a.epoch_seq),
+        column(&|a| a.expected),
+        column(&|a| a.window),
+    );
+    let counts = column(&|a| a.names.len() as i64);
+    let type_keys: Vec<&str> = requests.iter().map(|r| r.fence.type_key.as_str()).collect();
+    let pids: Vec<&str> = requests.iter().map(|r| r.persistence_id.as_str()).collect();
+    let entity_ids: Vec<&str> = requests.iter().map(|r| r.entity_id.as_str()).collect();
+    let remember: Vec<bool> = requests.iter().map(|r| r.remember).collect();
+    let request_ids: Vec<Option<&str>> = args.iter().map(|a| a.request_id).collect();
+    let replies: Vec<Option<&[u8]>> = args.iter().map(|a| a.reply).collect();
+    let (mut ev_idx, mut ev_ord, mut names, mut versions, mut payloads) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (i, a) in args.iter().enumerate() {
+        for (k, name) in a.names.iter().enumerate() {
+            ev_idx.push(i as i64 + 1);
+            ev_ord.push(k as i64 + 1);
+            names.push(*name);
+            versions.push(a.versions[k]);
+            payloads.push(a.payloads[k]);
+        }
+    }
+    let tx = client.transaction().await.map_err(db)?;
+    let rows = tx
+        .query(
+            statement,
+            &[
+                &type_keys,
+                &shards,
+                &pids,
+                &terms,
+                &eseqs,
+                &expected,
+                &entity_ids,
+                &remember,
+                &request_ids,
+                &replies,
+                &windows,
+                &counts,
+                &ev_idx,
+                &ev_ord,
+                &names,
+                &versions,
+                &payloads,
+            ],
+        )
+        .await;
+    let rows = match rows {
+        Ok(rows) if rows.len() == requests.len() => rows,
+        Ok(rows) => {
+            let _ = tx.rollback().await;
+            return Err(JournalError::Failed(format!("{} answers to {} appends", rows.len(), requests.len())));
+        }
+        Err(e) => {
+            let _ = tx.rollback().await;
+            return Err(db(e));
+        }
+    };
+    let results = requests.iter().zip(&rows).map(|(req, row)| append_outcome(req, row)).collect();
+    let committed = tx.commit().await.map_err(|e| match db(e) {
+        JournalError::Unavailable(m) => JournalError::CommitUnknown(m),
+        other => other,
+    });
+    Ok((results, committed))
+}
 
 /// Runs many appends in one transaction, their statements pipelined on the connection (they
 /// still run in order, so a later append of the same entity sees an earlier one). Returns each
@@ -394,7 +563,7 @@ fn append_outcome(req: &AppendRequest, row: &tokio_postgres::Row) -> Result<u64,
         return Ok(req.expected_seq + req.events.len() as u64);
     }
     let what = format!("fence of {} shard {}", req.fence.type_key, req.fence.shard.0);
-    let stored = match (row.get::<_, Option<i64>>(0), row.get::<_, Option<i64>>(1)) {
+    let stored = match (col::<Option<i64>>(row, 0)?, col::<Option<i64>>(row, 1)?) {
         (Some(t), Some(s)) => Some(Epoch { term: to_u64(t, &what, 0, "term")?, seq: to_u64(s, &what, 0, "seq")? }),
         _ => None,
     };

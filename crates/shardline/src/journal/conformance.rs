@@ -63,6 +63,7 @@ pub async fn run_all(journal: Arc<dyn Journal>, prefix: &str) -> Check {
     concurrent_writers_keep_each_history_linear(journal.clone(), &format!("{prefix}-many")).await?;
     concurrent_appends_record_and_remember(journal.clone(), &format!("{prefix}-many-replies")).await?;
     the_highest_term_covers_every_fence(j, &format!("{prefix}-term")).await?;
+    a_batch_refuses_only_its_bad_appends(journal.clone(), &format!("{prefix}-mixed")).await?;
     Ok(())
 }
 
@@ -316,5 +317,41 @@ pub async fn the_highest_term_covers_every_fence(j: &dyn Journal, t: &str) -> Ch
     j.raise_fence(&fence(t, 2, e(1, 1))).await.map_err(|e| e.to_string())?;
     let after = j.highest_term().await.map_err(|e| e.to_string())?;
     ensure!(after >= top, "highest term {after} is below a raised fence's term {top}");
+    Ok(())
+}
+
+/// Appends sent at once (one batch, for a journal that groups them), some fenced, some with a
+/// stale sequence number: each gets its own answer, and only the good ones write anything.
+pub async fn a_batch_refuses_only_its_bad_appends(journal: Arc<dyn Journal>, t: &str) -> Check {
+    let good = fence(t, 0, e(2, 1));
+    let stale = fence(t, 0, e(1, 1));
+    journal.raise_fence(&good).await.map_err(|e| e.to_string())?;
+    let mut tasks = Vec::new();
+    for i in 0..48u64 {
+        let j = journal.clone();
+        let pid = format!("{t}|m{i}");
+        let mut req = match i % 3 {
+            0 => append(&stale, &pid, 0, 1),
+            1 => append(&good, &pid, 5, 1),
+            _ => append(&good, &pid, 0, 2),
+        };
+        req.reply = Some(RecordedReply { request_id: format!("r{i}"), reply: vec![i as u8] });
+        tasks.push(tokio::spawn(async move { (i, j.append(req).await) }));
+    }
+    for task in tasks {
+        let (i, r) = task.await.map_err(|e| e.to_string())?;
+        let pid = format!("{t}|m{i}");
+        let ok = match i % 3 {
+            0 => matches!(r, Err(JournalError::Fenced { .. })),
+            1 => matches!(r, Err(JournalError::Conflict { expected: 5, actual: 0, .. })),
+            _ => r == Ok(2),
+        };
+        ensure!(ok, "append {i}: {r:?}");
+        let events = journal.read(&pid, 1).await.map_err(|e| e.to_string())?.len();
+        let reply = journal.recorded_reply(&pid, &format!("r{i}")).await.map_err(|e| e.to_string())?;
+        let written = i % 3 == 2;
+        ensure!(events == if written { 2 } else { 0 }, "append {i}: {events} events stored");
+        ensure!(reply.is_some() == written, "append {i}: reply recorded {}", reply.is_some());
+    }
     Ok(())
 }
