@@ -23,7 +23,7 @@ use shardline::journal::{
 use shardline_core::{Epoch, ShardId};
 use tokio::sync::mpsc;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, NoTls, Transaction};
+use tokio_postgres::{Client, GenericClient, NoTls, Transaction};
 use tracing::{info, warn};
 
 /// The schema, one migration per version, applied in order.
@@ -44,6 +44,10 @@ const MIGRATIONS: &[&str] = &[
      CREATE TABLE shardline_remembered (
         type_key TEXT NOT NULL, shard BIGINT NOT NULL, entity_id TEXT NOT NULL,
         PRIMARY KEY (type_key, shard, entity_id));",
+    // 2: the reply window pruned through an index, newest first (it read every reply of the
+    // entity on each append).
+    "CREATE INDEX shardline_replies_by_seq ON shardline_replies (persistence_id, seq, recorded)
+        INCLUDE (request_id);",
 ];
 
 /// Most requests one transaction takes.
@@ -265,6 +269,25 @@ async fn writer(config: PostgresConfig, first_client: Option<Client>, mut rx: mp
 /// nothing is acknowledged before it is durable.
 async fn run_batch(conn: &mut Conn, batch: Vec<Job>) -> Result<(), JournalError> {
     let Conn { client, append, append_many } = conn;
+    // Reads of entities no append of the batch touches commute with everything in it: pipeline
+    // them on the connection first (they need no commit), so that a batch mixing recoveries and
+    // appends still gets the appends' fast paths below.
+    let (reads, batch): (Vec<Job>, Vec<Job>) = {
+        let appended: HashSet<String> = batch
+            .iter()
+            .filter_map(|j| if let Job::Append(r, _) = j { Some(r.persistence_id.clone()) } else { None })
+            .collect();
+        batch.into_iter().partition(|j| read_only(j).is_some_and(|pid| pid.is_none_or(|p| !appended.contains(p))))
+    };
+    if !reads.is_empty() {
+        let client = &*client;
+        for outcome in futures_util::future::join_all(reads.into_iter().map(|j| read_job(client, j))).await {
+            outcome.answer(&Ok(()));
+        }
+    }
+    if batch.is_empty() {
+        return Ok(());
+    }
     if batch.len() > 1 && batch.iter().all(|j| matches!(j, Job::Append(..))) {
         let requests: Vec<&AppendRequest> =
             batch.iter().filter_map(|j| if let Job::Append(r, _) = j { Some(&**r) } else { None }).collect();
@@ -312,6 +335,33 @@ async fn run_batch(conn: &mut Conn, batch: Vec<Job>) -> Result<(), JournalError>
     committed
 }
 
+/// Whether a request only reads, and which persistence id (None: no single entity's).
+fn read_only(job: &Job) -> Option<Option<&str>> {
+    match job {
+        Job::Read(pid, ..)
+        | Job::LastSeq(pid, _)
+        | Job::LoadSnapshot(pid, _)
+        | Job::RecordedReply(pid, ..)
+        | Job::RecordedReplies(pid, _) => Some(Some(pid.as_str())),
+        Job::Remembered(..) | Job::HighestTerm(_) => Some(None),
+        Job::RaiseFence(..) | Job::Append(..) | Job::SaveSnapshot(..) | Job::Forget(..) => None,
+    }
+}
+
+/// Runs a request that only reads (see [`read_only`]) outside any transaction.
+async fn read_job(client: &Client, job: Job) -> Outcome {
+    match job {
+        Job::Read(pid, from, r) => Outcome::Events(r, read(client, &pid, from).await),
+        Job::LastSeq(pid, r) => Outcome::Seq(r, last_seq(client, &pid).await),
+        Job::LoadSnapshot(pid, r) => Outcome::Snapshot(r, load_snapshot(client, &pid).await),
+        Job::RecordedReply(pid, id, r) => Outcome::Bytes(r, recorded_reply(client, &pid, &id).await),
+        Job::RecordedReplies(pid, r) => Outcome::Replies(r, recorded_replies(client, &pid).await),
+        Job::Remembered(t, s, r) => Outcome::Ids(r, remembered(client, &t, s).await),
+        Job::HighestTerm(r) => Outcome::Seq(r, highest_term(client).await),
+        other => Outcome::failed(other, JournalError::Failed("a write was taken for a read".into())),
+    }
+}
+
 /// Every check and write of an append in one statement: nothing is written unless the fence and
 /// the expected sequence number allow it, and the statement says which check failed instead of
 /// raising an error, so a refused append does not abort the transaction around it.
@@ -337,10 +387,9 @@ WITH fence AS (
 ), old AS (
     DELETE FROM shardline_replies
     WHERE persistence_id = $3 AND $12::TEXT IS NOT NULL AND EXISTS (SELECT 1 FROM ok)
-      AND request_id <> $12::TEXT
-      AND request_id NOT IN (
+      AND request_id IN (
           SELECT request_id FROM shardline_replies WHERE persistence_id = $3 AND request_id <> $12::TEXT
-          ORDER BY seq DESC, recorded DESC LIMIT GREATEST($14::BIGINT - 1, 0))
+          ORDER BY seq DESC, recorded DESC OFFSET GREATEST($14::BIGINT - 1, 0))
 )
 SELECT (SELECT term FROM fence), (SELECT seq FROM fence), (SELECT s FROM last), EXISTS (SELECT 1 FROM ok)";
 
@@ -378,12 +427,13 @@ WITH req AS (
     ON CONFLICT (persistence_id, request_id) DO UPDATE
         SET seq = EXCLUDED.seq, reply = EXCLUDED.reply, recorded = DEFAULT
 ), old AS (
-    DELETE FROM shardline_replies d USING ok
-    WHERE d.persistence_id = ok.pid AND ok.request_id IS NOT NULL AND d.request_id <> ok.request_id
-      AND d.request_id NOT IN (
-          SELECT request_id FROM shardline_replies
-          WHERE persistence_id = ok.pid AND request_id <> ok.request_id
-          ORDER BY seq DESC, recorded DESC LIMIT GREATEST(ok.win - 1, 0))
+    DELETE FROM shardline_replies d
+    WHERE (d.persistence_id, d.request_id) IN (
+        SELECT ok.pid, x.request_id FROM ok CROSS JOIN LATERAL (
+            SELECT request_id FROM shardline_replies
+            WHERE persistence_id = ok.pid AND request_id <> ok.request_id
+            ORDER BY seq DESC, recorded DESC OFFSET GREATEST(ok.win - 1, 0)) x
+        WHERE ok.request_id IS NOT NULL)
 )
 SELECT f.term, f.seq, l.s, EXISTS (SELECT 1 FROM ok WHERE ok.idx = r.idx)
 FROM req r JOIN last l ON l.idx = r.idx LEFT JOIN fence f ON f.idx = r.idx
@@ -673,7 +723,7 @@ async fn raise_fence(tx: &Transaction<'_>, f: Fence) -> Result<Epoch, JournalErr
         .ok_or_else(|| JournalError::Failed(format!("the fence of {} shard {} was not stored", f.type_key, f.shard.0)))
 }
 
-async fn last_seq(tx: &Transaction<'_>, pid: &str) -> Result<u64, JournalError> {
+async fn last_seq(tx: &impl GenericClient, pid: &str) -> Result<u64, JournalError> {
     let row = tx
         .query_one("SELECT COALESCE(MAX(seq), 0) FROM shardline_events WHERE persistence_id = $1", &[&pid])
         .await
@@ -734,9 +784,9 @@ async fn append(tx: &Transaction<'_>, req: AppendRequest) -> Result<u64, Journal
         .map_err(db)?;
         let window = to_i64(req.reply_window.max(1) as u64, "reply window")?;
         tx.execute(
-            "DELETE FROM shardline_replies WHERE persistence_id = $1 AND request_id NOT IN (
+            "DELETE FROM shardline_replies WHERE persistence_id = $1 AND request_id IN (
                 SELECT request_id FROM shardline_replies WHERE persistence_id = $1
-                ORDER BY seq DESC, recorded DESC LIMIT $2)",
+                ORDER BY seq DESC, recorded DESC OFFSET $2)",
             &[pid, &window],
         )
         .await
@@ -745,7 +795,7 @@ async fn append(tx: &Transaction<'_>, req: AppendRequest) -> Result<u64, Journal
     Ok(new_last)
 }
 
-async fn read(tx: &Transaction<'_>, pid: &str, from: u64) -> Result<Vec<StoredEvent>, JournalError> {
+async fn read(tx: &impl GenericClient, pid: &str, from: u64) -> Result<Vec<StoredEvent>, JournalError> {
     let rows = tx
         .query(
             "SELECT seq, type_name, schema_version, payload FROM shardline_events
@@ -777,7 +827,7 @@ async fn save_snapshot(tx: &Transaction<'_>, f: Fence, pid: String, s: Snapshot)
     Ok(())
 }
 
-async fn load_snapshot(tx: &Transaction<'_>, pid: &str) -> Result<Option<Snapshot>, JournalError> {
+async fn load_snapshot(tx: &impl GenericClient, pid: &str) -> Result<Option<Snapshot>, JournalError> {
     let row = tx
         .query_opt("SELECT seq, schema_version, payload FROM shardline_snapshots WHERE persistence_id = $1", &[&pid])
         .await
@@ -790,7 +840,7 @@ async fn load_snapshot(tx: &Transaction<'_>, pid: &str) -> Result<Option<Snapsho
     .transpose()
 }
 
-async fn recorded_reply(tx: &Transaction<'_>, pid: &str, id: &str) -> Result<Option<Vec<u8>>, JournalError> {
+async fn recorded_reply(tx: &impl GenericClient, pid: &str, id: &str) -> Result<Option<Vec<u8>>, JournalError> {
     let row = tx
         .query_opt("SELECT reply FROM shardline_replies WHERE persistence_id = $1 AND request_id = $2", &[&pid, &id])
         .await
@@ -798,7 +848,7 @@ async fn recorded_reply(tx: &Transaction<'_>, pid: &str, id: &str) -> Result<Opt
     row.map(|r| col(&r, 0)).transpose()
 }
 
-async fn recorded_replies(tx: &Transaction<'_>, pid: &str) -> Result<Vec<RecordedReply>, JournalError> {
+async fn recorded_replies(tx: &impl GenericClient, pid: &str) -> Result<Vec<RecordedReply>, JournalError> {
     let rows = tx
         .query("SELECT request_id, reply FROM shardline_replies WHERE persistence_id = $1 ORDER BY seq", &[&pid])
         .await
@@ -806,7 +856,7 @@ async fn recorded_replies(tx: &Transaction<'_>, pid: &str) -> Result<Vec<Recorde
     rows.iter().map(|r| Ok(RecordedReply { request_id: col(r, 0)?, reply: col(r, 1)? })).collect()
 }
 
-async fn remembered(tx: &Transaction<'_>, type_key: &str, shard: ShardId) -> Result<Vec<String>, JournalError> {
+async fn remembered(tx: &impl GenericClient, type_key: &str, shard: ShardId) -> Result<Vec<String>, JournalError> {
     let rows = tx
         .query(
             "SELECT entity_id FROM shardline_remembered WHERE type_key = $1 AND shard = $2 ORDER BY entity_id",
@@ -817,7 +867,7 @@ async fn remembered(tx: &Transaction<'_>, type_key: &str, shard: ShardId) -> Res
     rows.iter().map(|r| col(r, 0)).collect()
 }
 
-async fn highest_term(tx: &Transaction<'_>) -> Result<u64, JournalError> {
+async fn highest_term(tx: &impl GenericClient) -> Result<u64, JournalError> {
     let row = tx.query_one("SELECT MAX(term) FROM shardline_fences", &[]).await.map_err(db)?;
     let top: Option<i64> = col(&row, 0)?;
     top.map_or(Ok(0), |t| to_u64(t, "fences", 0, "term"))

@@ -40,6 +40,17 @@ const MIGRATIONS: &[&str] = &[
      CREATE TABLE shardline_remembered (
         type_key TEXT NOT NULL, shard INTEGER NOT NULL, entity_id TEXT NOT NULL,
         PRIMARY KEY (type_key, shard, entity_id));",
+    // 2: the reply window pruned through an index (it read every reply of the entity on each
+    // append), and events stored in their primary key's B-tree (one B-tree per insert, not two).
+    "CREATE INDEX shardline_replies_by_seq ON shardline_replies (persistence_id, seq);
+     CREATE TABLE shardline_events_v2 (
+        persistence_id TEXT NOT NULL, seq INTEGER NOT NULL, type_name TEXT NOT NULL,
+        schema_version INTEGER NOT NULL, payload BLOB NOT NULL, PRIMARY KEY (persistence_id, seq))
+        WITHOUT ROWID;
+     INSERT INTO shardline_events_v2 (persistence_id, seq, type_name, schema_version, payload)
+        SELECT persistence_id, seq, type_name, schema_version, payload FROM shardline_events;
+     DROP TABLE shardline_events;
+     ALTER TABLE shardline_events_v2 RENAME TO shardline_events;",
 ];
 
 /// Most requests one transaction takes.
@@ -308,10 +319,12 @@ fn append(c: &Connection, req: &AppendRequest) -> Result<u64, JournalError> {
         .execute(params![pid, r.request_id, seq, r.reply])
         .map_err(db)?;
         let window = to_i64(req.reply_window.max(1) as u64, "reply window")?;
+        // Newest first by the index (its entries end with the rowid): skip the window, drop the
+        // rest, usually one reply.
         c.prepare_cached(
-            "DELETE FROM shardline_replies WHERE persistence_id = ?1 AND request_id NOT IN (
-                SELECT request_id FROM shardline_replies WHERE persistence_id = ?1
-                ORDER BY seq DESC, rowid DESC LIMIT ?2)",
+            "DELETE FROM shardline_replies WHERE rowid IN (
+                SELECT rowid FROM shardline_replies WHERE persistence_id = ?1
+                ORDER BY seq DESC, rowid DESC LIMIT -1 OFFSET ?2)",
         )
         .map_err(db)?
         .execute(params![pid, window])
@@ -445,7 +458,7 @@ pub fn floor_insert(
     conn.pragma_update(None, "synchronous", "NORMAL").map_err(|e| failed(&file, e))?;
     conn.execute_batch(
         "CREATE TABLE floor (persistence_id TEXT NOT NULL, seq INTEGER NOT NULL, payload BLOB NOT NULL,
-            PRIMARY KEY (persistence_id, seq))",
+            PRIMARY KEY (persistence_id, seq)) WITHOUT ROWID",
     )
     .map_err(|e| failed(&file, e))?;
     let start = std::time::Instant::now();

@@ -108,3 +108,45 @@ fn many_open_one_new_file_at_once() {
     }
     let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }
+
+/// A file of schema version 1 (events in a rowid table) is migrated with its history: the events
+/// read back the same, and appends go on after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_file_is_migrated_with_its_events() {
+    let path = temp_file("v1");
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(
+            "CREATE TABLE shardline_schema (version INTEGER NOT NULL);
+             INSERT INTO shardline_schema (version) VALUES (1);
+             CREATE TABLE shardline_fences (
+                type_key TEXT NOT NULL, shard INTEGER NOT NULL, term INTEGER NOT NULL, seq INTEGER NOT NULL,
+                PRIMARY KEY (type_key, shard));
+             CREATE TABLE shardline_events (
+                persistence_id TEXT NOT NULL, seq INTEGER NOT NULL, type_name TEXT NOT NULL,
+                schema_version INTEGER NOT NULL, payload BLOB NOT NULL, PRIMARY KEY (persistence_id, seq));
+             CREATE TABLE shardline_snapshots (
+                persistence_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, schema_version INTEGER NOT NULL,
+                payload BLOB NOT NULL);
+             CREATE TABLE shardline_replies (
+                persistence_id TEXT NOT NULL, request_id TEXT NOT NULL, seq INTEGER NOT NULL, reply BLOB NOT NULL,
+                PRIMARY KEY (persistence_id, request_id));
+             CREATE TABLE shardline_remembered (
+                type_key TEXT NOT NULL, shard INTEGER NOT NULL, entity_id TEXT NOT NULL,
+                PRIMARY KEY (type_key, shard, entity_id));
+             INSERT INTO shardline_fences VALUES ('acct', 1, 1, 1);
+             INSERT INTO shardline_events VALUES ('acct|x', 1, 'a', 1, x'00ff'), ('acct|x', 2, 'b', 2, x'01');",
+        )
+        .unwrap();
+    }
+    let j = SqliteJournal::open(&path).unwrap();
+    let events = j.read("acct|x", 1).await.unwrap();
+    let got: Vec<(u64, &str, u32, &[u8])> = events
+        .iter()
+        .map(|e| (e.seq, e.event.type_name.as_str(), e.event.schema_version, &e.event.payload[..]))
+        .collect();
+    assert_eq!(got, vec![(1, "a", 1, &[0u8, 255][..]), (2, "b", 2, &[1u8][..])]);
+    let f = Fence { type_key: "acct".into(), shard: ShardId(1), epoch: Epoch { term: 1, seq: 1 } };
+    assert_eq!(j.append(append(&f, "acct|x", 2, 1)).await, Ok(3));
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
+}
