@@ -180,18 +180,24 @@ async fn a_journal_that_is_down_fails_commands_as_not_applied() {
     assert_eq!(h.ask("w", TallyCmd::Add(3)).await.unwrap(), 6);
 }
 
+/// A journal in which tally `id`'s first event is of a type the entity does not know. Written
+/// before the node starts: its claim raises the fence past this writer's epoch.
+async fn with_an_unknown_event(id: &str) -> InMemoryJournal {
+    let journal = InMemoryJournal::new();
+    let shard = EntitySettings::new("tally").shards(SHARDS).shard_of(id);
+    let f = Fence { type_key: "tally".into(), shard, epoch: Epoch { term: 0, seq: 1 } };
+    journal.raise_fence(&f).await.unwrap();
+    let mut req = append(&f, &format!("tally|{id}"), 0, 0);
+    req.events = vec![EventRecord { type_name: "tally.renamed".into(), schema_version: 1, payload: vec![1] }];
+    journal.append(req).await.unwrap();
+    journal
+}
+
 /// An event of a type the entity does not know is a typed error naming where it is, never a
 /// silent skip.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_event_is_refused_with_its_place() {
-    // Written before the node starts: its claim raises the fence past this writer's epoch.
-    let journal = InMemoryJournal::new();
-    let shard = EntitySettings::new("tally").shards(SHARDS).shard_of("u");
-    let f = Fence { type_key: "tally".into(), shard, epoch: Epoch { term: 0, seq: 1 } };
-    journal.raise_fence(&f).await.unwrap();
-    let mut req = append(&f, "tally|u", 0, 0);
-    req.events = vec![EventRecord { type_name: "tally.renamed".into(), schema_version: 1, payload: vec![1] }];
-    journal.append(req).await.unwrap();
+    let journal = with_an_unknown_event("u").await;
     let (_c, h) = node("es-unknown", "solo", None, &journal, EventSourcedSettings::default()).await;
     let err = h.ask("u", TallyCmd::Get).await.expect_err("unreadable");
     assert!(matches!(&err, Error::Rejected(m) if m.contains("tally|u event 1")), "{err:?}");
@@ -202,13 +208,7 @@ async fn an_unknown_event_is_refused_with_its_place() {
 /// command that needs the state is refused; a retried one is still applied once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_that_needs_no_state_does_not_recover() {
-    let journal = InMemoryJournal::new();
-    let shard = EntitySettings::new("tally").shards(SHARDS).shard_of("b");
-    let f = Fence { type_key: "tally".into(), shard, epoch: Epoch { term: 0, seq: 1 } };
-    journal.raise_fence(&f).await.unwrap();
-    let mut req = append(&f, "tally|b", 0, 0);
-    req.events = vec![EventRecord { type_name: "tally.renamed".into(), schema_version: 1, payload: vec![1] }];
-    journal.append(req).await.unwrap();
+    let journal = with_an_unknown_event("b").await;
     let (_c, h) = node("es-blind", "solo", None, &journal, EventSourcedSettings::default()).await;
     assert_eq!(h.ask("b", TallyCmd::Log(5)).await, Ok(0), "appended without recovering");
     assert_eq!(h.ask_with_request_id("b", TallyCmd::Log(7), "log-7").await, Ok(0));

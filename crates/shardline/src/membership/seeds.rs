@@ -439,6 +439,10 @@ mod tests {
     use super::*;
 
     fn state(name: &str, incarnation: u64, bootstrap: bool) -> State {
+        state_with(name, incarnation, bootstrap, SeedsConfig::default())
+    }
+
+    fn state_with(name: &str, incarnation: u64, bootstrap: bool, config: SeedsConfig) -> State {
         let me = GossipMember {
             node: NodeId::new(name, incarnation),
             addr: "127.0.0.1:1".into(),
@@ -448,7 +452,7 @@ mod tests {
             weight: 1,
             leader_term: 0,
         };
-        State::new(me, SeedsConfig::default(), bootstrap.then(Instant::now))
+        State::new(me, config, bootstrap.then(Instant::now))
     }
 
     fn term(s: &State) -> Option<u64> {
@@ -487,17 +491,7 @@ mod tests {
     /// A cluster restarted from scratch on a journal whose fences reached term 7 leads with 8.
     #[test]
     fn the_first_term_is_above_the_floor() {
-        let me = GossipMember {
-            node: NodeId::new("n1", 1),
-            addr: "127.0.0.1:1".into(),
-            status: MemberStatus::Up,
-            app_version: "1".into(),
-            roles: Vec::new(),
-            weight: 1,
-            leader_term: 0,
-        };
-        let config = SeedsConfig { term_floor: 7, ..SeedsConfig::default() };
-        let mut first = State::new(me, config, Some(Instant::now()));
+        let mut first = state_with("n1", 1, true, SeedsConfig { term_floor: 7, ..SeedsConfig::default() });
         first.tick();
         assert_eq!(term(&first), Some(8));
     }
