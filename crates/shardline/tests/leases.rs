@@ -10,8 +10,15 @@ use common::*;
 use shardline::membership::lease::{InMemoryStore, LeaseConfig, Leases, ShardMaps};
 use shardline::{Cluster, EntityHandle};
 
+/// Short leases, so that the tests wait little for expiry, yet long enough that a busy machine's
+/// scheduling stalls do not fence a healthy node (900 ms once did, in CI: a node fenced for good
+/// before it was given a shard).
 fn config() -> LeaseConfig {
-    LeaseConfig { ttl: Duration::from_millis(900), safety_margin: Duration::from_millis(300), ..LeaseConfig::default() }
+    LeaseConfig {
+        ttl: Duration::from_millis(2_000),
+        safety_margin: Duration::from_millis(500),
+        ..LeaseConfig::default()
+    }
 }
 
 async fn lease_node(name: &str, store: &InMemoryStore) -> (Cluster, EntityHandle<Log>) {
@@ -193,7 +200,8 @@ async fn a_leader_that_cannot_renew_its_key_steps_down_before_the_key_expires() 
     let store = InMemoryStore::new();
     // The margin is smaller than the renewal period (TTL/3): stepping down on the next failed
     // renewal instead of at the deadline would come after the key expired.
-    let config = LeaseConfig { safety_margin: Duration::from_millis(150), ..config() };
+    let config =
+        LeaseConfig { ttl: Duration::from_millis(3_000), safety_margin: Duration::from_millis(500), ..config() };
     let start = |name: &'static str| {
         let (store, config) = (store.clone(), config.clone());
         async move {
