@@ -444,8 +444,9 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
             ledger_mismatches: inv.ledger_mismatches,
             checked_after: checked,
             note: format!(
-                "every account audited after every phase, kill -9 included: accounts are event-sourced in the {} \
-                 journal, and callers resend an unanswered operation with its request id",
+                "every account audited after every phase{}: accounts are event-sourced in the {} journal, and \
+                 callers resend an unanswered operation with its request id",
+                if rolling { " (each restart a graceful leave)" } else { ", kill -9 included" },
                 store.kind()
             ),
         },
