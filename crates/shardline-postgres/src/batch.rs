@@ -1,0 +1,268 @@
+//! Appends a batch at a time: the statements that check and write an append, one append
+//! ([`APPEND`]) or a batch of appends to distinct entities ([`APPEND_MANY`]), and the two ways a
+//! batch runs them: one statement, or one statement per append pipelined on the connection.
+
+use shardline::journal::{AppendRequest, JournalError};
+use shardline_core::Epoch;
+use tokio_postgres::Client;
+
+use crate::{col, db, to_i64, to_u64};
+
+/// Every check and write of an append in one statement: nothing is written unless the fence and
+/// the expected sequence number allow it, and the statement says which check failed instead of
+/// raising an error, so a refused append does not abort the transaction around it.
+pub(crate) const APPEND: &str = "
+WITH fence AS (
+    SELECT term, seq FROM shardline_fences WHERE type_key = $1 AND shard = $2 FOR SHARE
+), last AS (
+    SELECT COALESCE(MAX(seq), 0) AS s FROM shardline_events WHERE persistence_id = $3
+), ok AS (
+    SELECT 1 FROM fence, last WHERE (fence.term, fence.seq) <= ($4::BIGINT, $5::BIGINT) AND last.s = $6::BIGINT
+), ins AS (
+    INSERT INTO shardline_events (persistence_id, seq, type_name, schema_version, payload)
+    SELECT $3, $6::BIGINT + e.ord, e.name, e.version, e.payload
+    FROM ok, UNNEST($7::TEXT[], $8::BIGINT[], $9::BYTEA[]) WITH ORDINALITY AS e(name, version, payload, ord)
+), rem AS (
+    INSERT INTO shardline_remembered (type_key, shard, entity_id)
+    SELECT $1, $2, $10 FROM ok WHERE $11::BOOL ON CONFLICT DO NOTHING
+), rep AS (
+    INSERT INTO shardline_replies (persistence_id, request_id, seq, reply)
+    SELECT $3, $12::TEXT, $6::BIGINT + cardinality($7::TEXT[]), $13::BYTEA FROM ok WHERE $12::TEXT IS NOT NULL
+    ON CONFLICT (persistence_id, request_id) DO UPDATE
+        SET seq = EXCLUDED.seq, reply = EXCLUDED.reply, recorded = DEFAULT
+), old AS (
+    DELETE FROM shardline_replies
+    WHERE persistence_id = $3 AND $12::TEXT IS NOT NULL AND EXISTS (SELECT 1 FROM ok)
+      AND request_id IN (
+          SELECT request_id FROM shardline_replies WHERE persistence_id = $3 AND request_id <> $12::TEXT
+          ORDER BY seq DESC, recorded DESC OFFSET GREATEST($14::BIGINT - 1, 0))
+)
+SELECT (SELECT term FROM fence), (SELECT seq FROM fence), (SELECT s FROM last), EXISTS (SELECT 1 FROM ok)";
+
+/// [`APPEND`] for a whole batch of appends to distinct persistence ids, in one statement: the
+/// server runs one statement per batch instead of one per append. (A batch that appends twice to
+/// one entity takes the pipelined path: within one statement the second append would not see
+/// the first one's events.) Answers one row per append, in order, shaped like [`APPEND`]'s.
+pub(crate) const APPEND_MANY: &str = "
+WITH req AS (
+    SELECT * FROM UNNEST($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::BIGINT[], $5::BIGINT[], $6::BIGINT[],
+                         $7::TEXT[], $8::BOOL[], $9::TEXT[], $10::BYTEA[], $11::BIGINT[], $12::BIGINT[])
+        WITH ORDINALITY AS r(type_key, shard, pid, term, eseq, expected, entity_id, remember, request_id, reply,
+                             win, events, idx)
+), fence AS (
+    SELECT r.idx, f.term, f.seq FROM req r
+    JOIN shardline_fences f ON f.type_key = r.type_key AND f.shard = r.shard FOR SHARE OF f
+), last AS (
+    SELECT r.idx, (SELECT COALESCE(MAX(e.seq), 0) FROM shardline_events e WHERE e.persistence_id = r.pid) AS s
+    FROM req r
+), ok AS (
+    SELECT r.* FROM req r JOIN fence f ON f.idx = r.idx JOIN last l ON l.idx = r.idx
+    WHERE (f.term, f.seq) <= (r.term, r.eseq) AND l.s = r.expected
+), ins AS (
+    INSERT INTO shardline_events (persistence_id, seq, type_name, schema_version, payload)
+    SELECT ok.pid, ok.expected + e.ord, e.name, e.version, e.payload
+    FROM UNNEST($13::BIGINT[], $14::BIGINT[], $15::TEXT[], $16::BIGINT[], $17::BYTEA[])
+        AS e(idx, ord, name, version, payload)
+    JOIN ok ON ok.idx = e.idx
+), rem AS (
+    INSERT INTO shardline_remembered (type_key, shard, entity_id)
+    SELECT type_key, shard, entity_id FROM ok WHERE remember ON CONFLICT DO NOTHING
+), rep AS (
+    INSERT INTO shardline_replies (persistence_id, request_id, seq, reply)
+    SELECT pid, request_id, expected + events, reply FROM ok WHERE request_id IS NOT NULL
+    ON CONFLICT (persistence_id, request_id) DO UPDATE
+        SET seq = EXCLUDED.seq, reply = EXCLUDED.reply, recorded = DEFAULT
+), old AS (
+    DELETE FROM shardline_replies d
+    WHERE (d.persistence_id, d.request_id) IN (
+        SELECT ok.pid, x.request_id FROM ok CROSS JOIN LATERAL (
+            SELECT request_id FROM shardline_replies
+            WHERE persistence_id = ok.pid AND request_id <> ok.request_id
+            ORDER BY seq DESC, recorded DESC OFFSET GREATEST(ok.win - 1, 0)) x
+        WHERE ok.request_id IS NOT NULL)
+)
+SELECT f.term, f.seq, l.s, EXISTS (SELECT 1 FROM ok WHERE ok.idx = r.idx)
+FROM req r JOIN last l ON l.idx = r.idx LEFT JOIN fence f ON f.idx = r.idx
+ORDER BY r.idx";
+
+/// Runs a batch of appends to distinct persistence ids as one [`APPEND_MANY`] statement in one
+/// transaction. Returns each append's result and the commit's; `Err` when the statement failed,
+/// which rolled everything back.
+pub(crate) async fn batched_appends(
+    client: &mut Client,
+    statement: &tokio_postgres::Statement,
+    requests: &[&AppendRequest],
+) -> Result<(Vec<Result<u64, JournalError>>, Result<(), JournalError>), JournalError> {
+    let args: Vec<AppendArgs<'_>> = requests.iter().map(|r| AppendArgs::new(r)).collect::<Result<_, _>>()?;
+    let column = |f: &dyn Fn(&AppendArgs<'_>) -> i64| args.iter().map(f).collect::<Vec<i64>>();
+    let (shards, terms, eseqs, expected, windows) = (
+        column(&|a| a.shard),
+        column(&|a| a.term),
+        column(&|a| a.epoch_seq),
+        column(&|a| a.expected),
+        column(&|a| a.window),
+    );
+    let counts = column(&|a| a.names.len() as i64);
+    let type_keys: Vec<&str> = requests.iter().map(|r| r.fence.type_key.as_str()).collect();
+    let pids: Vec<&str> = requests.iter().map(|r| r.persistence_id.as_str()).collect();
+    let entity_ids: Vec<&str> = requests.iter().map(|r| r.entity_id.as_str()).collect();
+    let remember: Vec<bool> = requests.iter().map(|r| r.remember).collect();
+    let request_ids: Vec<Option<&str>> = args.iter().map(|a| a.request_id).collect();
+    let replies: Vec<Option<&[u8]>> = args.iter().map(|a| a.reply).collect();
+    let (mut ev_idx, mut ev_ord, mut names, mut versions, mut payloads) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (i, a) in args.iter().enumerate() {
+        for (k, name) in a.names.iter().enumerate() {
+            ev_idx.push(i as i64 + 1);
+            ev_ord.push(k as i64 + 1);
+            names.push(*name);
+            versions.push(a.versions[k]);
+            payloads.push(a.payloads[k]);
+        }
+    }
+    let tx = client.transaction().await.map_err(db)?;
+    let rows = tx
+        .query(
+            statement,
+            &[
+                &type_keys,
+                &shards,
+                &pids,
+                &terms,
+                &eseqs,
+                &expected,
+                &entity_ids,
+                &remember,
+                &request_ids,
+                &replies,
+                &windows,
+                &counts,
+                &ev_idx,
+                &ev_ord,
+                &names,
+                &versions,
+                &payloads,
+            ],
+        )
+        .await;
+    let rows = match rows {
+        Ok(rows) if rows.len() == requests.len() => rows,
+        Ok(rows) => {
+            let _ = tx.rollback().await;
+            return Err(JournalError::Failed(format!("{} answers to {} appends", rows.len(), requests.len())));
+        }
+        Err(e) => {
+            let _ = tx.rollback().await;
+            return Err(db(e));
+        }
+    };
+    let results = requests.iter().zip(&rows).map(|(req, row)| append_outcome(req, row)).collect();
+    let committed = tx.commit().await.map_err(|e| match db(e) {
+        JournalError::Unavailable(m) => JournalError::CommitUnknown(m),
+        other => other,
+    });
+    Ok((results, committed))
+}
+
+/// Runs many appends in one transaction, their statements pipelined on the connection (they
+/// still run in order, so a later append of the same entity sees an earlier one). Returns each
+/// append's result and the commit's; `Err` when a statement failed, which rolled everything
+/// back.
+pub(crate) async fn pipelined_appends(
+    client: &mut Client,
+    statement: &tokio_postgres::Statement,
+    requests: &[&AppendRequest],
+) -> Result<(Vec<Result<u64, JournalError>>, Result<(), JournalError>), JournalError> {
+    let tx = client.transaction().await.map_err(db)?;
+    let mut args = Vec::with_capacity(requests.len());
+    for req in requests {
+        args.push(AppendArgs::new(req)?);
+    }
+    let params: Vec<[&(dyn tokio_postgres::types::ToSql + Sync); 14]> = args.iter().map(AppendArgs::params).collect();
+    let rows = futures_util::future::join_all(params.iter().map(|p| tx.query_one(statement, &p[..]))).await;
+    let mut results = Vec::with_capacity(requests.len());
+    for (req, row) in requests.iter().zip(rows) {
+        let row = match row {
+            Ok(row) => row,
+            Err(e) => {
+                let _ = tx.rollback().await;
+                return Err(db(e));
+            }
+        };
+        results.push(append_outcome(req, &row));
+    }
+    let committed = tx.commit().await.map_err(|e| match db(e) {
+        JournalError::Unavailable(m) => JournalError::CommitUnknown(m),
+        other => other,
+    });
+    Ok((results, committed))
+}
+
+/// The parameters of [`APPEND`] for one request, owned so that they outlive the pipeline.
+pub(crate) struct AppendArgs<'a> {
+    req: &'a AppendRequest,
+    shard: i64,
+    term: i64,
+    epoch_seq: i64,
+    expected: i64,
+    names: Vec<&'a str>,
+    versions: Vec<i64>,
+    payloads: Vec<&'a [u8]>,
+    request_id: Option<&'a str>,
+    reply: Option<&'a [u8]>,
+    window: i64,
+}
+
+impl<'a> AppendArgs<'a> {
+    pub(crate) fn new(req: &'a AppendRequest) -> Result<Self, JournalError> {
+        Ok(AppendArgs {
+            req,
+            shard: i64::from(req.fence.shard.0),
+            term: to_i64(req.fence.epoch.term, "term")?,
+            epoch_seq: to_i64(req.fence.epoch.seq, "epoch")?,
+            expected: to_i64(req.expected_seq, "sequence number")?,
+            names: req.events.iter().map(|e| e.type_name.as_str()).collect(),
+            versions: req.events.iter().map(|e| i64::from(e.schema_version)).collect(),
+            payloads: req.events.iter().map(|e| e.payload.as_slice()).collect(),
+            request_id: req.reply.as_ref().map(|r| r.request_id.as_str()),
+            reply: req.reply.as_ref().map(|r| r.reply.as_slice()),
+            window: to_i64(req.reply_window.max(1) as u64, "reply window")?,
+        })
+    }
+
+    pub(crate) fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 14] {
+        [
+            &self.req.fence.type_key,
+            &self.shard,
+            &self.req.persistence_id,
+            &self.term,
+            &self.epoch_seq,
+            &self.expected,
+            &self.names,
+            &self.versions,
+            &self.payloads,
+            &self.req.entity_id,
+            &self.req.remember,
+            &self.request_id,
+            &self.reply,
+            &self.window,
+        ]
+    }
+}
+
+/// What [`APPEND`]'s answer row says about one request.
+pub(crate) fn append_outcome(req: &AppendRequest, row: &tokio_postgres::Row) -> Result<u64, JournalError> {
+    let pid = &req.persistence_id;
+    let written: bool = col(row, 3)?;
+    let last = to_u64(col(row, 2)?, pid, 0, "last sequence number")?;
+    if written {
+        return Ok(req.expected_seq + req.events.len() as u64);
+    }
+    let what = format!("fence of {} shard {}", req.fence.type_key, req.fence.shard.0);
+    let stored = match (col::<Option<i64>>(row, 0)?, col::<Option<i64>>(row, 1)?) {
+        (Some(t), Some(s)) => Some(Epoch { term: to_u64(t, &what, 0, "term")?, seq: to_u64(s, &what, 0, "seq")? }),
+        _ => None,
+    };
+    req.fence.admitted_by(stored)?;
+    Err(JournalError::Conflict { persistence_id: pid.clone(), expected: req.expected_seq, actual: last })
+}
