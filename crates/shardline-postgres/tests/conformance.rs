@@ -6,9 +6,8 @@
 
 use std::sync::Arc;
 
-use shardline::journal::conformance::{append, run_all};
-use shardline::journal::{Fence, Journal, JournalError};
-use shardline::{Epoch, ShardId};
+use shardline::journal::conformance::{run_all, two_handles_share_fences_and_history};
+use shardline::journal::JournalError;
 use shardline_postgres::{PostgresConfig, PostgresJournal};
 
 fn url() -> String {
@@ -48,15 +47,7 @@ async fn postgres_journal_passes_the_conformance_suite() {
 async fn two_nodes_on_one_schema_share_fences_and_history() {
     let s = schema("shared");
     let (a, b) = (journal(&s).await, journal(&s).await);
-    let old = Fence { type_key: "acct".into(), shard: ShardId(1), epoch: Epoch { term: 1, seq: 1 } };
-    let new = Fence { epoch: Epoch { term: 2, seq: 1 }, ..old.clone() };
-    a.raise_fence(&old).await.unwrap();
-    assert_eq!(a.append(append(&old, "acct|x", 0, 2)).await, Ok(2));
-    b.raise_fence(&new).await.unwrap();
-    let r = a.append(append(&old, "acct|x", 2, 1)).await;
-    assert!(matches!(r, Err(JournalError::Fenced { .. })), "{r:?}");
-    assert_eq!(b.append(append(&new, "acct|x", 2, 1)).await, Ok(3));
-    assert_eq!(a.read("acct|x", 1).await.unwrap().len(), 3);
+    two_handles_share_fences_and_history(&a, &b, "pg").await.unwrap();
     drop_schema(&s).await;
 }
 

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use shardline::journal::conformance::{append, run_all};
+use shardline::journal::conformance::{append, run_all, two_handles_share_fences_and_history};
 use shardline::journal::{Fence, Journal, JournalError};
 use shardline::{Epoch, ShardId};
 use shardline_sqlite::SqliteJournal;
@@ -30,14 +30,7 @@ async fn two_handles_on_one_file_share_fences_and_history() {
     let path = temp_file("shared");
     let a = SqliteJournal::open(&path).unwrap();
     let b = SqliteJournal::open(&path).unwrap();
-    let old = Fence { type_key: "acct".into(), shard: ShardId(1), epoch: Epoch { term: 1, seq: 1 } };
-    let new = Fence { epoch: Epoch { term: 2, seq: 1 }, ..old.clone() };
-    a.raise_fence(&old).await.unwrap();
-    assert_eq!(a.append(append(&old, "acct|x", 0, 2)).await, Ok(2));
-    b.raise_fence(&new).await.unwrap();
-    let r = a.append(append(&old, "acct|x", 2, 1)).await;
-    assert!(matches!(r, Err(JournalError::Fenced { .. })), "{r:?}");
-    assert_eq!(b.append(append(&new, "acct|x", 2, 1)).await, Ok(3));
+    two_handles_share_fences_and_history(&a, &b, "acct").await.unwrap();
     drop((a, b));
     let again = SqliteJournal::open(&path).unwrap();
     assert_eq!(again.read("acct|x", 1).await.unwrap().len(), 3);

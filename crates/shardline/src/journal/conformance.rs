@@ -355,3 +355,21 @@ pub async fn a_batch_refuses_only_its_bad_appends(journal: Arc<dyn Journal>, t: 
     }
     Ok(())
 }
+
+/// Two handles on one database (two node processes): a fence raised through one refuses the
+/// other's older writes inside the database, and both see one history. Not in [`run_all`]: it
+/// needs a second handle on the same store.
+pub async fn two_handles_share_fences_and_history(a: &dyn Journal, b: &dyn Journal, t: &str) -> Check {
+    let old = fence(t, 1, e(1, 1));
+    let new = fence(t, 1, e(2, 1));
+    let pid = format!("{t}|x");
+    a.raise_fence(&old).await.map_err(|e| e.to_string())?;
+    ensure!(a.append(append(&old, &pid, 0, 2)).await == Ok(2), "the first owner's append");
+    b.raise_fence(&new).await.map_err(|e| e.to_string())?;
+    let r = a.append(append(&old, &pid, 2, 1)).await;
+    ensure!(is_fenced(&r), "the older owner's append after the raise through the other handle: {r:?}");
+    ensure!(b.append(append(&new, &pid, 2, 1)).await == Ok(3), "the newer owner's append");
+    let seen = a.read(&pid, 1).await.map_err(|e| e.to_string())?.len();
+    ensure!(seen == 3, "the first handle sees {seen} events of 3");
+    Ok(())
+}
