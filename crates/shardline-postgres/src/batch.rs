@@ -120,47 +120,33 @@ pub(crate) async fn batched_appends(
             payloads.push(a.payloads[k]);
         }
     }
-    let tx = client.transaction().await.map_err(db)?;
-    let rows = tx
-        .query(
-            statement,
-            &[
-                &type_keys,
-                &shards,
-                &pids,
-                &terms,
-                &eseqs,
-                &expected,
-                &entity_ids,
-                &remember,
-                &request_ids,
-                &replies,
-                &windows,
-                &counts,
-                &ev_idx,
-                &ev_ord,
-                &names,
-                &versions,
-                &payloads,
-            ],
-        )
-        .await;
-    let rows = match rows {
-        Ok(rows) if rows.len() == requests.len() => rows,
-        Ok(rows) => {
-            let _ = tx.rollback().await;
-            return Err(JournalError::Failed(format!("{} answers to {} appends", rows.len(), requests.len())));
-        }
-        Err(e) => {
-            let _ = tx.rollback().await;
-            return Err(db(e));
-        }
-    };
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 17] = [
+        &type_keys,
+        &shards,
+        &pids,
+        &terms,
+        &eseqs,
+        &expected,
+        &entity_ids,
+        &remember,
+        &request_ids,
+        &replies,
+        &windows,
+        &counts,
+        &ev_idx,
+        &ev_ord,
+        &names,
+        &versions,
+        &payloads,
+    ];
+    let rows = client.query(statement, &params);
+    let (rows, committed) = in_transaction(client, rows).await?;
+    if rows.len() != requests.len() {
+        // The rows were written (or not) as one: no answer can be matched to its append.
+        let e = JournalError::CommitUnknown(format!("{} answers to {} appends", rows.len(), requests.len()));
+        return Ok((requests.iter().map(|_| Err(e.clone())).collect(), Err(e)));
+    }
     let results = requests.iter().zip(&rows).map(|(req, row)| append_outcome(req, row)).collect();
-    let committed = tx.commit().await.map_err(|e| match db(e) {
-        JournalError::Unavailable(m) => JournalError::CommitUnknown(m),
-        other => other,
-    });
     Ok((results, committed))
 }
 
@@ -173,29 +159,47 @@ pub(crate) async fn pipelined_appends(
     statement: &tokio_postgres::Statement,
     requests: &[&AppendRequest],
 ) -> Result<(Vec<Result<u64, JournalError>>, Result<(), JournalError>), JournalError> {
-    let tx = client.transaction().await.map_err(db)?;
     let mut args = Vec::with_capacity(requests.len());
     for req in requests {
         args.push(AppendArgs::new(req)?);
     }
     let params: Vec<[&(dyn tokio_postgres::types::ToSql + Sync); 14]> = args.iter().map(AppendArgs::params).collect();
-    let rows = futures_util::future::join_all(params.iter().map(|p| tx.query_one(statement, &p[..]))).await;
-    let mut results = Vec::with_capacity(requests.len());
-    for (req, row) in requests.iter().zip(rows) {
-        let row = match row {
-            Ok(row) => row,
-            Err(e) => {
-                let _ = tx.rollback().await;
-                return Err(db(e));
-            }
-        };
-        results.push(append_outcome(req, &row));
-    }
-    let committed = tx.commit().await.map_err(|e| match db(e) {
-        JournalError::Unavailable(m) => JournalError::CommitUnknown(m),
-        other => other,
-    });
+    let statements = futures_util::future::join_all(params.iter().map(|p| client.query_one(statement, &p[..])));
+    let all = async { statements.await.into_iter().collect::<Result<Vec<_>, _>>() };
+    let (rows, committed) = in_transaction(client, all).await?;
+    let results = requests.iter().zip(&rows).map(|(req, row)| append_outcome(req, row)).collect();
     Ok((results, committed))
+}
+
+/// Runs `work` in a transaction whose `BEGIN` and `COMMIT` are pipelined around it on the
+/// connection: one round trip to the server instead of three. `work` must send its statements
+/// when first polled (queries of prepared statements do), so that they reach the server between
+/// the two.
+///
+/// Returns what `work` answered and the commit's outcome; `Err` when `work` failed and nothing was
+/// written (the server refused a statement, which aborted the transaction, so the `COMMIT` rolled
+/// it back), or `Err(CommitUnknown)` when the connection failed and the `COMMIT` may have run.
+pub(crate) async fn in_transaction<T>(
+    client: &Client,
+    work: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+) -> Result<(T, Result<(), JournalError>), JournalError> {
+    let (begun, done, committed) =
+        futures_util::future::join3(client.batch_execute("BEGIN"), work, client.batch_execute("COMMIT")).await;
+    let unknown = |e: tokio_postgres::Error| JournalError::CommitUnknown(db(e).to_string());
+    match (begun, done) {
+        (Ok(()), Ok(v)) => Ok((
+            v,
+            committed.map_err(|e| match db(e) {
+                JournalError::Unavailable(m) => JournalError::CommitUnknown(m),
+                other => other,
+            }),
+        )),
+        // A refused statement aborts the transaction: the pipelined COMMIT answers ROLLBACK.
+        (Ok(()), Err(e)) if e.as_db_error().is_some() => Err(db(e)),
+        // The connection failed (the server may have run everything, COMMIT included, before
+        // its answers were lost), or BEGIN failed and the statements ran without a transaction.
+        (Ok(()), Err(e)) | (Err(e), _) => Err(unknown(e)),
+    }
 }
 
 /// The parameters of [`APPEND`] for one request, owned so that they outlive the pipeline.

@@ -311,6 +311,12 @@ async fn run_batch(conn: &mut Conn, batch: Vec<Job>) -> Result<(), JournalError>
                 }
                 return committed;
             }
+            Err(e @ JournalError::CommitUnknown(_)) => {
+                for job in batch {
+                    job.fail(e.clone());
+                }
+                return Err(e);
+            }
             // A statement failed (another process raced on the same sequence numbers, say) and
             // took the transaction down: nothing of it was written. Go one savepoint at a time.
             Err(e) => warn!(error = %e, "pipelined appends failed; running them one by one"),
