@@ -5,14 +5,20 @@
 //!   queue and runs them in one `BEGIN IMMEDIATE` transaction, each in a savepoint of its own
 //!   (group commit): one fsync for many appends, while a refused append (fenced, conflict) rolls
 //!   back alone. Requests for one persistence id keep their order, since the queue does.
-//! - **Several processes**: WAL mode, and a wait of up to 5 s for the file lock, polled often; the fence check and the
-//!   write happen under the same `IMMEDIATE` lock, so no other process can raise a fence between.
+//! - **Several processes**: WAL mode, and a wait of up to 5 s for the file lock, polled often;
+//!   the fence check and the write happen under the same `IMMEDIATE` lock, so no other process
+//!   can raise a fence between. SQLite's automatic checkpoint never lets the write-ahead log start
+//!   over while other processes keep writing, so a writer whose commit leaves it past
+//!   [`SqliteOptions::wal_restart_pages`] waits for a checkpoint that does.
 //! - **Schema**: versioned migrations in `shardline_schema`; a file written by a newer version is
 //!   refused instead of misread.
 
+use std::cell::Cell;
+use std::ffi::c_int;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use rusqlite::hooks::{CheckpointMode, Wal};
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Transaction};
 use shardline::journal::queue::{Job, Outcome};
 use shardline::journal::{
@@ -59,10 +65,29 @@ const MAX_BATCH: usize = 256;
 /// Opens SQLite journals.
 pub struct SqliteJournal;
 
+/// Settings of a journal file.
+#[derive(Clone, Debug)]
+pub struct SqliteOptions {
+    /// Pages of write-ahead log past which a writer waits until the log can start over (the
+    /// file's size on disk is about this many times 4 KiB; see the module docs). Default 16,384.
+    pub wal_restart_pages: u32,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions { wal_restart_pages: 16_384 }
+    }
+}
+
 impl SqliteJournal {
     /// Opens (creating it if needed) the journal file at `path`, migrates its schema and starts
     /// its writer thread.
     pub fn open(path: impl AsRef<Path>) -> Result<QueuedJournal, JournalError> {
+        Self::open_with(path, SqliteOptions::default())
+    }
+
+    /// [`open`](Self::open) with settings.
+    pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<QueuedJournal, JournalError> {
         let path = path.as_ref().to_path_buf();
         // Node processes that start together race to create the file, switch it to WAL and
         // migrate it; SQLite answers one of two connections that both want to upgrade a lock
@@ -80,7 +105,7 @@ impl SqliteJournal {
         let thread_path = path.clone();
         std::thread::Builder::new()
             .name("shardline-sqlite".into())
-            .spawn(move || writer(conn, rx, thread_path))
+            .spawn(move || writer(conn, rx, thread_path, options))
             .map_err(|e| JournalError::Failed(format!("cannot start the journal thread: {e}")))?;
         Ok(journal)
     }
@@ -131,6 +156,7 @@ fn connect(path: &Path) -> Result<Connection, rusqlite::Error> {
     conn.busy_handler(Some(wait_for_lock))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.wal_hook(Some(after_commit));
     migrate(&mut conn)?;
     Ok(conn)
 }
@@ -169,8 +195,51 @@ fn to_u64(v: i64, pid: &str, seq: u64, what: &str) -> Result<u64, JournalError> 
     })
 }
 
+/// Frames (pages) of write-ahead log past which a commit copies it into the database without
+/// waiting for anyone (SQLite's automatic checkpoint, which [`after_commit`] replaces).
+const CHECKPOINT_FRAMES: c_int = 1000;
+
+thread_local! {
+    /// The length of the write-ahead log after this thread's last commit, from [`after_commit`]
+    /// (a plain function: it cannot capture anything, and the writer thread makes every commit).
+    static WAL_FRAMES: Cell<c_int> = const { Cell::new(0) };
+}
+
+/// The connection's write-ahead log hook, run after each commit: SQLite's automatic checkpoint,
+/// plus the log's length for [`bound_wal`]. Never an error: the commit has happened, and an error
+/// here would make it look failed.
+fn after_commit(wal: &Wal, frames: c_int) -> rusqlite::Result<()> {
+    WAL_FRAMES.with(|f| f.set(frames));
+    if frames >= CHECKPOINT_FRAMES {
+        // As the automatic checkpoint: copy what no reader needs, never wait; a busy or failed
+        // checkpoint is tried again after the next commit.
+        let _ = wal.checkpoint_v2(CheckpointMode::PASSIVE);
+    }
+    Ok(())
+}
+
+/// Keeps the write-ahead log bounded when several processes write. The automatic checkpoint
+/// never waits, and with another process always mid-transaction it never finds the whole log
+/// copied, so the log never starts over: it grew by gigabytes in a minute of the demo, every commit
+/// wrote past its end (the kernel zeroes each new page) and every page lookup searched it. Past
+/// [`SqliteOptions::wal_restart_pages`], a `RESTART` checkpoint holds new writers back (through the busy handler)
+/// until the log is copied and unread, and the next transaction writes it from its beginning.
+fn bound_wal(conn: &Connection, path: &Path, limit: u32) {
+    let frames = WAL_FRAMES.with(Cell::get);
+    if i64::from(frames) <= i64::from(limit) {
+        return;
+    }
+    WAL_FRAMES.with(|f| f.set(0));
+    match conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |r| r.get::<_, i64>(0)) {
+        Ok(0) => debug!(path = %path.display(), frames, "write-ahead log restarted"),
+        Ok(_) => debug!(path = %path.display(), frames, "write-ahead log still in use; restart postponed"),
+        // Only the log's size is at stake: the next commit past the mark tries again.
+        Err(e) => warn!(path = %path.display(), error = %e, "write-ahead log checkpoint failed"),
+    }
+}
+
 /// The writer thread: one transaction for every request waiting, one savepoint per request.
-fn writer(mut conn: Connection, mut rx: mpsc::Receiver<Job>, path: PathBuf) {
+fn writer(mut conn: Connection, mut rx: mpsc::Receiver<Job>, path: PathBuf, options: SqliteOptions) {
     while let Some(first) = rx.blocking_recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -184,6 +253,7 @@ fn writer(mut conn: Connection, mut rx: mpsc::Receiver<Job>, path: PathBuf) {
             warn!(path = %path.display(), error = %e, "journal transaction failed");
         }
         debug!(requests = n, "journal batch");
+        bound_wal(&conn, &path, options.wal_restart_pages);
     }
 }
 
