@@ -13,7 +13,7 @@
 //! | concept | type |
 //! |---|---|
 //! | names and the entity → shard hash | [`TypeKey`], [`EntityId`], [`ShardId`], [`NodeId`], [`shard_of`] |
-//! | membership | [`MembershipView`], [`Member`], [`MemberStatus`] |
+//! | membership | [`MembershipView`], [`Member`], [`MemberStatus`], [`RebalanceHold`] |
 //! | where shards live | [`ShardMap`], [`ShardHome`], [`Epoch`] |
 //! | where shards should live | [`AllocationStrategy`]: [`LeastShards`], [`VersionAware`], [`ConsistentHash`], [`Ranges`], [`External`] |
 //! | moving shards | [`CoordinatorEngine`] (on the leader), [`RegionEngine`] (on every node) |
@@ -51,7 +51,7 @@ pub use coordinator::{CoordinatorCommand, CoordinatorConfig, CoordinatorEngine};
 pub use events::{DomainEvent, RebalanceReason};
 pub use failure_detector::{PhiAccrualConfig, PhiAccrualDetector};
 pub use id::{shard_of, EntityId, NodeId, ShardId, TypeKey};
-pub use membership::{AppVersion, Member, MemberStatus, MembershipError, MembershipView, PROXY_ROLE};
+pub use membership::{AppVersion, Member, MemberStatus, MembershipError, MembershipView, RebalanceHold, PROXY_ROLE};
 pub use protocol::{BounceReason, RegionMessage, ToCoordinator, ToRegion};
 pub use read_models::{ClusterReadModel, NodeHealth, RebalancingStatus};
 pub use region::{RegionCommand, RegionConfig, RegionEngine, RejectReason, Route};

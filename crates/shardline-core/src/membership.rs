@@ -217,11 +217,25 @@ pub enum MembershipError {
     IneligibleLeader(NodeId),
 }
 
-/// The cluster as one node sees it: members by id, and the current leader.
+/// Why the coordinator may not rebalance now ([`MembershipView::rebalance_hold`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RebalanceHold {
+    /// A member that may host is still joining: shards moved now would move again once it is Up.
+    Joining(NodeId),
+    /// A member cannot be reached: the view may be wrong about it (it may be down, or about to be
+    /// downed), and a hand-off to or from it cannot complete.
+    Unreachable(NodeId),
+}
+
+/// The cluster as one node sees it: members by id, which of them this node cannot reach, and the
+/// current leader.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MembershipView {
     members: BTreeMap<NodeId, Member>,
     leader: Option<NodeId>,
+    /// Members the provider's failure detector cannot reach now. Not a status: reachability comes
+    /// and goes, and only `Down` fences a member.
+    unreachable: BTreeSet<NodeId>,
 }
 
 impl MembershipView {
@@ -259,6 +273,61 @@ impl MembershipView {
     /// Forgets `Removed` members.
     pub fn prune_removed(&mut self) {
         self.members.retain(|_, m| m.status != MemberStatus::Removed);
+        let members = &self.members;
+        self.unreachable.retain(|n| members.contains_key(n));
+    }
+
+    /// Marks a member unreachable, or reachable again, as the provider's failure detector sees it.
+    pub fn set_reachable(&mut self, node: &NodeId, reachable: bool) -> Result<(), MembershipError> {
+        if !self.members.contains_key(node) {
+            return Err(MembershipError::UnknownMember(node.clone()));
+        }
+        if reachable {
+            self.unreachable.remove(node);
+        } else {
+            self.unreachable.insert(node.clone());
+        }
+        Ok(())
+    }
+
+    /// Whether `node` is reachable (every member is, unless the provider said otherwise).
+    pub fn is_reachable(&self, node: &NodeId) -> bool {
+        !self.unreachable.contains(node)
+    }
+
+    /// Live members this node cannot reach, ordered by id (a fenced member's reachability no
+    /// longer matters).
+    pub fn unreachable(&self) -> impl Iterator<Item = &NodeId> {
+        self.unreachable.iter().filter(|n| self.members.get(*n).is_some_and(|m| !m.status.is_fenced()))
+    }
+
+    /// Why shards of a type restricted to `role` may not be rebalanced now, if anything holds it
+    /// (Akka's convergence): a member that may host it is `Joining`, or any live member is
+    /// unreachable. Shards without a live owner are still placed meanwhile, and a leaving member
+    /// still hands its shards over.
+    ///
+    /// ```
+    /// use shardline_core::{Member, MemberStatus, MembershipView, NodeId, RebalanceHold};
+    ///
+    /// let (a, b) = (NodeId::new("a", 1), NodeId::new("b", 1));
+    /// let mut view = MembershipView::new();
+    /// view.add(Member::new(a.clone(), 1).with_status(MemberStatus::Up)).unwrap();
+    /// view.add(Member::new(b.clone(), 2)).unwrap(); // Joining
+    /// assert_eq!(view.rebalance_hold(None), Some(RebalanceHold::Joining(b.clone())));
+    /// view.set_status(&b, MemberStatus::Up).unwrap();
+    /// view.set_reachable(&b, false).unwrap();
+    /// assert_eq!(view.rebalance_hold(None), Some(RebalanceHold::Unreachable(b.clone())));
+    /// view.set_reachable(&b, true).unwrap();
+    /// assert_eq!(view.rebalance_hold(None), None);
+    /// ```
+    pub fn rebalance_hold(&self, role: Option<&str>) -> Option<RebalanceHold> {
+        if let Some(n) = self.unreachable().next() {
+            return Some(RebalanceHold::Unreachable(n.clone()));
+        }
+        self.members
+            .values()
+            .find(|m| m.status == MemberStatus::Joining && !m.is_proxy() && role.is_none_or(|r| m.roles.contains(r)))
+            .map(|m| RebalanceHold::Joining(m.node.clone()))
     }
 
     /// Sets the leader (None: no leader right now).

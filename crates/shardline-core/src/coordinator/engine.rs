@@ -28,6 +28,10 @@ pub struct CoordinatorConfig {
     /// the simulation can prove it catches such a bug.
     #[cfg(feature = "fault-injection")]
     pub fault_skip_wait_for_shard_stopped: bool,
+    /// Breaks the protocol: plans as if every member were reachable and nothing held
+    /// rebalancing. Exists so the simulation can prove it catches such a bug.
+    #[cfg(feature = "fault-injection")]
+    pub fault_ignore_reachability: bool,
 }
 
 impl CoordinatorConfig {
@@ -41,6 +45,8 @@ impl CoordinatorConfig {
             rebalance_interval_ms: 10_000,
             #[cfg(feature = "fault-injection")]
             fault_skip_wait_for_shard_stopped: false,
+            #[cfg(feature = "fault-injection")]
+            fault_ignore_reachability: false,
         }
     }
 }

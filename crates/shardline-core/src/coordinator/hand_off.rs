@@ -39,6 +39,11 @@ impl HandOff {
 }
 
 impl CoordinatorEngine {
+    /// The hand-offs in progress with their ends: `(shard, from, to)`, ordered by shard.
+    pub fn hand_off_moves(&self) -> impl Iterator<Item = (ShardId, &NodeId, &NodeId)> + '_ {
+        self.hand_offs.iter().map(|(s, h)| (*s, &h.from, &h.to))
+    }
+
     /// Starts moving `shard` from its live owner `from` to `to`.
     pub(super) fn start_hand_off(&mut self, now: u64, shard: ShardId, from: NodeId, to: NodeId) {
         let pending: BTreeSet<NodeId> = self.live_regions().into_iter().collect();

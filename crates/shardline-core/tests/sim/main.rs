@@ -28,13 +28,14 @@ fn schedules() -> u64 {
     std::env::var("SHARDLINE_SIM_SCHEDULES").ok().and_then(|s| s.parse().ok()).unwrap_or(300)
 }
 
-/// Violations, trace hash, messages sent, steps, and coordinators deposed by a refused write.
-fn run_one(p: Params, verbose: bool) -> (Vec<String>, u64, usize, u64, u64) {
+/// Violations, trace hash, messages sent, steps, coordinators deposed by a refused write, and
+/// members marked unreachable.
+fn run_one(p: Params, verbose: bool) -> (Vec<String>, u64, usize, u64, u64, u64) {
     let mut w = World::new(p);
     w.verbose = verbose;
     let (v, w) = w.run();
     use std::hash::Hasher;
-    (v, w.trace.finish(), w.ledger.total(), w.steps, w.deposed)
+    (v, w.trace.finish(), w.ledger.total(), w.steps, w.deposed, w.unreachable_marks)
 }
 
 /// What a batch of schedules found.
@@ -42,6 +43,7 @@ struct Batch {
     failures: Vec<(u64, String)>,
     messages: usize,
     deposed: u64,
+    unreachable: u64,
 }
 
 /// Runs `count` schedules from `first_seed` on two threads.
@@ -49,6 +51,7 @@ fn run_many(first_seed: u64, count: u64, tweak: fn(&mut Params)) -> Batch {
     let next = AtomicU64::new(0);
     let messages = AtomicUsize::new(0);
     let deposed = AtomicU64::new(0);
+    let unreachable = AtomicU64::new(0);
     let failures = std::sync::Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..2 {
@@ -60,9 +63,10 @@ fn run_many(first_seed: u64, count: u64, tweak: fn(&mut Params)) -> Batch {
                 let seed = first_seed + i;
                 let mut p = Params::random(seed);
                 tweak(&mut p);
-                let (v, _, sent, _, d) = run_one(p, false);
+                let (v, _, sent, _, d, u) = run_one(p, false);
                 messages.fetch_add(sent, Ordering::Relaxed);
                 deposed.fetch_add(d, Ordering::Relaxed);
+                unreachable.fetch_add(u, Ordering::Relaxed);
                 if let Some(first) = v.into_iter().next() {
                     failures.lock().unwrap_or_else(|e| e.into_inner()).push((seed, first));
                 }
@@ -71,7 +75,12 @@ fn run_many(first_seed: u64, count: u64, tweak: fn(&mut Params)) -> Batch {
     });
     let mut f = failures.into_inner().unwrap_or_else(|e| e.into_inner());
     f.sort();
-    Batch { failures: f, messages: messages.into_inner(), deposed: deposed.into_inner() }
+    Batch {
+        failures: f,
+        messages: messages.into_inner(),
+        deposed: deposed.into_inner(),
+        unreachable: unreachable.into_inner(),
+    }
 }
 
 #[test]
@@ -79,14 +88,15 @@ fn sim_schedules_keep_invariants() {
     if let Some(seed) = std::env::var("SHARDLINE_SIM_SEED").ok().and_then(|s| s.parse().ok()) {
         let p = Params::random(seed);
         eprintln!("replaying seed {seed}: {p:?}");
-        let (v, _, _, _, _) = run_one(p, true);
+        let (v, ..) = run_one(p, true);
         assert!(v.is_empty(), "seed {seed}: {v:?}");
         return;
     }
     let n = schedules();
-    let Batch { failures, messages, deposed } = run_many(1, n, |_| {});
+    let Batch { failures, messages, deposed, unreachable } = run_many(1, n, |_| {});
     println!("simulated {n} schedules, {} violations ({messages} messages)", failures.len());
     println!("stale coordinators deposed by a refused map write: {deposed}");
+    println!("members marked unreachable: {unreachable}");
     for (seed, v) in failures.iter().take(10) {
         println!("  seed {seed}: {v}  (replay: SHARDLINE_SIM_SEED={seed})");
     }
@@ -107,6 +117,24 @@ fn sim_catches_hand_off_without_shard_stopped() {
         println!("  seed {seed}: {v}");
     }
     assert!(!failures.is_empty(), "the simulation did not notice a hand-off that skips ShardStopped");
+}
+
+/// The checker can fail: a coordinator that ignores reachability begins hand-offs towards or
+/// from members it cannot reach, and the simulation must see it.
+#[test]
+fn sim_catches_hand_off_with_an_unreachable_member() {
+    let Batch { failures, unreachable, .. } = run_many(3_000_000, 300, |p| {
+        p.broken_reachability = true;
+        p.faults = p.faults.max(4);
+    });
+    println!("coordinator ignoring reachability: {} of 300 schedules caught ({unreachable} marks)", failures.len());
+    for (seed, v) in failures.iter().take(3) {
+        println!("  seed {seed}: {v}");
+    }
+    assert!(
+        failures.iter().any(|(_, v)| v.contains("reach:")),
+        "the simulation did not notice hand-offs with unreachable members"
+    );
 }
 
 /// Stale leaders occur and are deposed: the refused-write path of the coordinator runs, and the

@@ -134,6 +134,10 @@ pub struct World {
     /// The term that last wrote the stored map; older writers are refused (deposed).
     store_term: u64,
     pub deposed: u64,
+    /// Times a member was marked unreachable in the view.
+    pub unreachable_marks: u64,
+    /// Each coordinator's hand-offs after the last step, to find the ones a step began.
+    hand_offs_seen: BTreeMap<NodeId, BTreeSet<(ShardId, NodeId, NodeId)>>,
     // checking
     live: HashMap<u32, NodeId>,
     entity_shard: Vec<ShardId>,
@@ -177,6 +181,8 @@ impl World {
             store,
             store_term: 0,
             deposed: 0,
+            unreachable_marks: 0,
+            hand_offs_seen: BTreeMap::new(),
             live: HashMap::new(),
             entity_shard,
             ledger: Ledger::default(),
@@ -297,6 +303,7 @@ impl World {
                 #[cfg(feature = "fault-injection")]
                 {
                     cc.fault_skip_wait_for_shard_stopped = self.p.broken_hand_off;
+                    cc.fault_ignore_reachability = self.p.broken_reachability;
                 }
                 let strategy = self.strategy();
                 let c = CoordinatorEngine::new(
@@ -551,6 +558,7 @@ impl World {
                 }
                 self.isolated.remove(&name);
                 self.log(|| format!("heal {name}"));
+                self.refresh_reachability();
                 if let Some(id) = self.current.get(&name).cloned() {
                     if self.nodes.get(&id).is_some_and(|n| n.fenced) {
                         // Fenced nodes come back as a new incarnation once their lease is gone.
@@ -568,6 +576,7 @@ impl World {
             }
             Ev::HealCut { a, b } => {
                 self.cuts.remove(&pair(&a, &b));
+                self.refresh_reachability();
             }
             Ev::Restart { name } => {
                 if let Some(old) = self.current.get(&name).cloned() {
@@ -597,6 +606,7 @@ impl World {
                 heal_done = true;
                 self.now = self.p.active_ms;
                 self.cuts.clear();
+                self.refresh_reachability();
             }
             self.now = at;
             let Some(ev) = self.events.remove(&id) else { continue };
@@ -608,6 +618,7 @@ impl World {
             self.step(ev);
             self.check_leavers();
             self.check_single_owner();
+            self.check_hand_offs_reachable();
             if !self.ledger.violations.is_empty() {
                 break;
             }

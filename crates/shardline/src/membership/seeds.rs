@@ -2,8 +2,10 @@
 //!
 //! - The leader is the oldest `Up` member this node can reach (proxies excluded); its term is
 //!   one more than any term it has seen, and travels in gossip.
-//! - Every heartbeat feeds a phi-accrual detector per member. The leader declares a member
-//!   `Down` when it has not been heard from for `down_after` (default 5 s).
+//! - Every heartbeat feeds a phi-accrual detector per member. A member it suspects is
+//!   unreachable in the view (the coordinator then rebalances nothing and begins no hand-off
+//!   with it); the leader declares a member `Down` when it has not been heard from for
+//!   `down_after` (default 5 s).
 //! - A node that learns it was declared `Down` stops hosting (fenced) and must restart.
 //!
 //! **No split-brain protection.** Two sides of a partition each elect a leader and each declare
@@ -307,6 +309,14 @@ impl State {
                 addresses.insert(m.node.clone(), a);
             }
         }
+        // What this node's failure detector cannot reach: the coordinator holds rebalancing and
+        // begins no hand-off towards or from it (a member heard of only through others counts
+        // as unreachable until it is heard directly).
+        for m in self.members.values() {
+            if rank(m.status) < rank(MemberStatus::Down) && !self.reachable(&m.node) {
+                let _ = view.set_reachable(&m.node, false);
+            }
+        }
         let leader = self.leader().and_then(|l| {
             let term = self.members.get(&l).map(|m| m.leader_term).unwrap_or(0);
             (term > 0).then_some((l, term))
@@ -486,6 +496,24 @@ mod tests {
         second.merge(first.gossip());
         second.tick();
         assert_eq!(second.view().leader, Some((first.me.clone(), 1)));
+    }
+
+    /// A member this node has heard of only through another's gossip is unreachable in its view
+    /// (the coordinator moves nothing towards it) until it is heard directly.
+    #[test]
+    fn a_member_not_heard_directly_is_unreachable_in_the_view() {
+        let mut a = state("a", 1, true);
+        let mut b = state("b", 2, false);
+        let c = state("c", 3, false);
+        b.merge(c.gossip());
+        a.merge(b.gossip());
+        let view = a.view().view;
+        assert!(view.is_reachable(&b.me));
+        assert!(!view.is_reachable(&c.me), "c was only heard of through b");
+        assert_eq!(view.rebalance_hold(None), Some(shardline_core::RebalanceHold::Unreachable(c.me.clone())));
+        a.merge(c.gossip());
+        assert!(a.view().view.is_reachable(&c.me));
+        assert_eq!(a.view().view.rebalance_hold(None), None);
     }
 
     /// A cluster restarted from scratch on a journal whose fences reached term 7 leads with 8.

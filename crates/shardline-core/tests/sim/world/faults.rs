@@ -34,6 +34,7 @@ impl World {
                 let dur = self.rng.range(100, 1_500);
                 self.log(|| format!("fault: isolate {victim} for {dur}"));
                 self.isolated.insert(victim.name.to_string(), iso);
+                self.refresh_reachability();
                 for peer in self.alive_ids() {
                     if peer != victim {
                         self.break_link(&victim, &peer);
@@ -48,6 +49,7 @@ impl World {
                 let Some(other) = self.rng.pick(&others).cloned() else { return };
                 self.log(|| format!("fault: cut {victim} / {other}"));
                 self.cuts.insert(pair(&victim.name, &other.name));
+                self.refresh_reachability();
                 self.break_link(&victim, &other);
                 let dur = self.rng.range(50, 800);
                 self.schedule(now + dur, Ev::HealCut { a: victim.name.to_string(), b: other.name.to_string() });
@@ -136,5 +138,31 @@ impl World {
 
     pub(super) fn link_ok(&self, a: &str, b: &str) -> bool {
         a == b || (!self.isolated.contains_key(a) && !self.isolated.contains_key(b) && !self.cuts.contains(&pair(a, b)))
+    }
+}
+
+impl World {
+    /// The failure detector's part of the oracle: a member cut off from everything, or from one
+    /// peer, is unreachable in the view until the cut heals. The coordinator must then hold
+    /// rebalancing and begin no hand-off with it.
+    pub(super) fn refresh_reachability(&mut self) {
+        let mut changed = false;
+        let members: Vec<NodeId> =
+            self.view.members().filter(|m| !m.status.is_fenced()).map(|m| m.node.clone()).collect();
+        for id in members {
+            let cut = self.isolated.contains_key(&*id.name)
+                || self.cuts.iter().any(|(a, b)| **a == *id.name || **b == *id.name);
+            if self.view.is_reachable(&id) == cut {
+                let _ = self.view.set_reachable(&id, !cut);
+                changed = true;
+                if cut {
+                    self.unreachable_marks += 1;
+                }
+                self.log(|| format!("{id} {}", if cut { "unreachable" } else { "reachable again" }));
+            }
+        }
+        if changed {
+            self.membership_changed();
+        }
     }
 }

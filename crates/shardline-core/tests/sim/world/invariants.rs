@@ -42,3 +42,30 @@ impl World {
         }
     }
 }
+
+impl World {
+    /// No coordinator begins a hand-off towards or from a member its view holds unreachable.
+    pub(super) fn check_hand_offs_reachable(&mut self) {
+        let mut seen = BTreeMap::new();
+        for n in self.nodes.values().filter(|n| n.alive) {
+            let Some(c) = n.coordinator.as_ref() else { continue };
+            let now: BTreeSet<(ShardId, NodeId, NodeId)> =
+                c.hand_off_moves().map(|(s, f, t)| (s, f.clone(), t.clone())).collect();
+            let before = self.hand_offs_seen.get(&n.id);
+            for (shard, from, to) in &now {
+                if before.is_some_and(|b| b.contains(&(*shard, from.clone(), to.clone()))) {
+                    continue;
+                }
+                if !self.view.is_reachable(from) || !self.view.is_reachable(to) {
+                    let msg = format!(
+                        "t={} reach: {} began a hand-off of {shard} from {from} to {to} with an unreachable end",
+                        self.now, n.id
+                    );
+                    self.ledger.violations.push(msg);
+                }
+            }
+            seen.insert(n.id.clone(), now);
+        }
+        self.hand_offs_seen = seen;
+    }
+}

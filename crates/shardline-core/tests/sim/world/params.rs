@@ -17,6 +17,8 @@ pub struct Params {
     pub with_store: bool,
     pub strategy: usize,
     pub broken_hand_off: bool,
+    /// A coordinator that plans as if every member were reachable.
+    pub broken_reachability: bool,
     /// A leader that loses leadership keeps coordinating until its lease deadline or until a
     /// shard map write of its is refused for a newer term (schedules with a store only).
     pub stale_leaders: bool,
@@ -38,6 +40,7 @@ impl Params {
             with_store: r.chance(0.5),
             strategy: r.range(0, 4) as usize,
             broken_hand_off: false,
+            broken_reachability: false,
             stale_leaders: false,
         }
         .with_stale_leaders(&mut r)
