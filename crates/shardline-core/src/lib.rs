@@ -17,7 +17,7 @@
 //! | where shards live | [`ShardMap`], [`ShardHome`], [`Epoch`] |
 //! | where shards should live | [`AllocationStrategy`]: [`LeastShards`], [`VersionAware`], [`ConsistentHash`], [`Ranges`], [`External`] |
 //! | moving shards | [`CoordinatorEngine`] (on the leader), [`RegionEngine`] (on every node) |
-//! | who is alive | [`PhiAccrualDetector`] |
+//! | who is alive | [`PhiAccrualDetector`], [`lease::LeaseEngine`] (membership on a coordination store) |
 //! | who survives a partition | [`SplitBrainPolicy`] |
 //! | what happened | [`DomainEvent`], [`ClusterReadModel`] |
 //!
@@ -36,6 +36,7 @@ pub mod coordinator;
 pub mod events;
 pub mod failure_detector;
 pub mod id;
+pub mod lease;
 pub mod membership;
 pub mod protocol;
 pub mod read_models;

@@ -1,0 +1,77 @@
+//! What the engine keeps in the store: member records, the leader record, the term counter and
+//! slot holders, as typed values. The runtime encodes and decodes them; a value it cannot decode
+//! reaches the engine as an error, never as a default.
+
+use serde::{Deserialize, Serialize};
+
+use crate::id::NodeId;
+use crate::membership::MemberStatus;
+use crate::shard_map::Term;
+
+/// A key's revision in the store: grows at every write.
+pub type Revision = u64;
+
+/// A member's key: who it is, where it listens, and what the view says of it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberRecord {
+    /// The node.
+    pub node: NodeId,
+    /// Its listen address, as text.
+    pub addr: String,
+    /// Its status as it reports it (`Up`, `Leaving`, …).
+    pub status: MemberStatus,
+    /// Its application version.
+    pub app_version: String,
+    /// Its roles.
+    pub roles: Vec<String>,
+    /// Its weight.
+    pub weight: u32,
+    /// Its membership slot (numbered slots).
+    pub slot: Option<u32>,
+}
+
+/// The leader key: who leads, and in which term.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderRecord {
+    /// The leader.
+    pub node: NodeId,
+    /// Its term, taken from the counter before the key was claimed.
+    pub term: Term,
+}
+
+/// A value written to or read from the store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreValue {
+    /// A member key's value.
+    Member(MemberRecord),
+    /// The leader key's value.
+    Leader(LeaderRecord),
+    /// The term counter's value: the last term taken.
+    Term(Term),
+    /// A slot key's value: the node that holds the slot.
+    SlotHolder(NodeId),
+}
+
+/// Which kind of value a read expects (the runtime decodes accordingly).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueKind {
+    /// [`StoreValue::Member`].
+    Member,
+    /// [`StoreValue::Leader`].
+    Leader,
+    /// [`StoreValue::Term`].
+    Term,
+    /// [`StoreValue::SlotHolder`].
+    SlotHolder,
+}
+
+/// A key read from the store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredEntry {
+    /// The key.
+    pub key: String,
+    /// Its value, or why it could not be decoded (never replaced by a default).
+    pub value: Result<StoreValue, String>,
+    /// Its revision.
+    pub revision: Revision,
+}

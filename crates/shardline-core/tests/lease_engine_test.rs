@@ -1,0 +1,227 @@
+//! The lease engine's decisions, one store answer at a time: renewal and self-fencing, elections
+//! with terms, members gone, answers that come late or not at all.
+
+use shardline_core::lease::{
+    LeaderRecord, LeaseCommand, LeaseConfig, LeaseEngine, LeaseEvent, LeaseKeys, MemberRecord, StoreAnswer, StoreOp,
+    StoreValue, StoredEntry,
+};
+use shardline_core::{MemberStatus, NodeId};
+
+const TTL: u64 = 3_000;
+const MARGIN: u64 = 600;
+
+fn record(name: &str, inc: u64) -> MemberRecord {
+    MemberRecord {
+        node: NodeId::new(name, inc),
+        addr: format!("127.0.0.1:{}", 7000 + inc),
+        status: MemberStatus::Up,
+        app_version: "1".into(),
+        roles: Vec::new(),
+        weight: 1,
+        slot: None,
+    }
+}
+
+fn engine(now: u64) -> LeaseEngine {
+    let config = LeaseConfig { ttl_ms: TTL, safety_margin_ms: MARGIN, ..LeaseConfig::default() };
+    LeaseEngine::new(config, LeaseKeys::new("c", "a"), record("a", 1), now).unwrap()
+}
+
+/// The commands so far, and the store operation among them (at most one is in flight).
+fn drain(e: &mut LeaseEngine) -> (Vec<LeaseCommand>, Option<(u64, StoreOp)>) {
+    let cmds: Vec<LeaseCommand> = e.drain_commands().collect();
+    let op = cmds.iter().rev().find_map(|c| match c {
+        LeaseCommand::Store { id, op } => Some((*id, op.clone())),
+        _ => None,
+    });
+    (cmds, op)
+}
+
+fn entry(key: &str, value: StoreValue, revision: u64) -> StoredEntry {
+    StoredEntry { key: key.into(), value: Ok(value), revision }
+}
+
+/// Runs the engine (time passes, every other operation fails) until it sends an operation that
+/// `wanted` picks; returns it and the time.
+fn until_op(e: &mut LeaseEngine, mut now: u64, wanted: impl Fn(&StoreOp) -> bool) -> (u64, StoreOp, u64) {
+    loop {
+        if let (_, Some((id, op))) = drain(e) {
+            if wanted(&op) {
+                return (id, op, now);
+            }
+            e.handle_answer(now, id, StoreAnswer::Failed("busy".into()));
+            continue;
+        }
+        now = e.poll_timeout().expect("the engine has something to do");
+        e.handle_timeout(now);
+    }
+}
+
+fn reads_member_key(op: &StoreOp) -> bool {
+    matches!(op, StoreOp::Get { key, .. } if key == "c/members/a")
+}
+
+/// Creates the member key at `now` (answered at once) and returns the engine's next operation.
+fn joined(e: &mut LeaseEngine, now: u64) -> (u64, StoreOp) {
+    let (_, op) = drain(e);
+    let (id, op) = op.unwrap();
+    assert!(matches!(op, StoreOp::CreateEphemeral { ref key, .. } if key == "c/members/a"), "{op:?}");
+    e.handle_answer(now, id, StoreAnswer::Written(Some(10)));
+    drain(e).1.unwrap()
+}
+
+#[test]
+fn a_renewal_extends_hosting_from_its_start_and_a_silent_store_fences() {
+    let mut e = engine(0);
+    let (id, _) = drain(&mut e).1.unwrap();
+    e.handle_answer(40, id, StoreAnswer::Written(Some(10)));
+    let (cmds, _) = drain(&mut e);
+    assert!(cmds.contains(&LeaseCommand::ExtendHosting { until: TTL - MARGIN }), "counted from the request: {cmds:?}");
+    // The store never answers again: at the deadline the node stops hosting, whatever is in flight.
+    let mut now = 40;
+    let mut fenced = false;
+    while let Some(at) = e.poll_timeout() {
+        if at > TTL * 2 {
+            break;
+        }
+        now = at;
+        e.handle_timeout(now);
+        let (cmds, _) = drain(&mut e);
+        if cmds.contains(&LeaseCommand::RevokeHosting) {
+            fenced = true;
+            assert!(cmds.iter().any(|c| matches!(c, LeaseCommand::Log(LeaseEvent::Fenced { .. }))));
+            break;
+        }
+    }
+    assert!(fenced, "never fenced");
+    assert_eq!(now, TTL - MARGIN, "fenced exactly at the deadline");
+    let me = NodeId::new("a", 1);
+    assert_eq!(e.view(now).view.get(&me).map(|m| m.status), Some(MemberStatus::Down));
+}
+
+#[test]
+fn an_eligible_member_takes_the_next_term_then_the_leader_key() {
+    let mut e = engine(0);
+    let (id, op) = joined(&mut e, 5);
+    assert!(matches!(op, StoreOp::Get { ref key, .. } if key == "c/leader"));
+    e.handle_answer(6, id, StoreAnswer::Entry(None));
+    let (id, op) = drain(&mut e).1.unwrap();
+    assert!(matches!(op, StoreOp::Get { ref key, .. } if key == "c/term"));
+    e.handle_answer(7, id, StoreAnswer::Entry(Some(entry("c/term", StoreValue::Term(4), 33))));
+    let (id, op) = drain(&mut e).1.unwrap();
+    assert_eq!(op, StoreOp::CompareAndPut { key: "c/term".into(), value: StoreValue::Term(5), revision: 33 });
+    e.handle_answer(8, id, StoreAnswer::Written(Some(34)));
+    let (id, op) = drain(&mut e).1.unwrap();
+    let me = NodeId::new("a", 1);
+    let claim = StoreValue::Leader(LeaderRecord { node: me.clone(), term: 5 });
+    assert!(matches!(op, StoreOp::CreateEphemeral { ref key, ref value, .. } if key == "c/leader" && *value == claim));
+    e.handle_answer(9, id, StoreAnswer::Written(Some(35)));
+    let (cmds, _) = drain(&mut e);
+    assert!(cmds.contains(&LeaseCommand::Log(LeaseEvent::Leads { term: 5 })));
+    assert_eq!(e.view(9).leader, Some((me, 5)));
+}
+
+#[test]
+fn an_unreadable_term_counter_gives_no_leadership() {
+    let mut e = engine(0);
+    let (id, _) = joined(&mut e, 5);
+    e.handle_answer(6, id, StoreAnswer::Entry(None));
+    let (id, _) = drain(&mut e).1.unwrap();
+    let garbage = StoredEntry { key: "c/term".into(), value: Err("trailing bytes".into()), revision: 3 };
+    e.handle_answer(7, id, StoreAnswer::Entry(Some(garbage)));
+    let (cmds, op) = drain(&mut e);
+    assert!(cmds.iter().any(|c| matches!(c, LeaseCommand::Log(LeaseEvent::BadValue { key, .. }) if key == "c/term")));
+    assert!(!matches!(op, Some((_, StoreOp::CompareAndPut { .. }))), "never term 1 again: {op:?}");
+    assert_eq!(e.view(7).leader, None);
+}
+
+#[test]
+fn a_member_missing_from_a_listing_is_confirmed_gone_before_it_is_down() {
+    let mut e = engine(0);
+    let (id, _) = joined(&mut e, 5);
+    // Someone leads; the round ends; then the members are listed.
+    let other = record("b", 2);
+    e.handle_answer(
+        6,
+        id,
+        StoreAnswer::Entry(Some(entry(
+            "c/leader",
+            StoreValue::Leader(LeaderRecord { node: other.node.clone(), term: 1 }),
+            3,
+        ))),
+    );
+    let mut now = 6;
+    let (id, op) = loop {
+        if let (_, Some(x)) = drain(&mut e) {
+            break x;
+        }
+        now = e.poll_timeout().unwrap();
+        e.handle_timeout(now);
+    };
+    assert!(matches!(op, StoreOp::List { .. }), "{op:?}");
+    let both = vec![
+        entry("c/members/a", StoreValue::Member(record("a", 1)), 10),
+        entry("c/members/b", StoreValue::Member(other.clone()), 11),
+    ];
+    e.handle_answer(now, id, StoreAnswer::Entries(both));
+    // Follow the round to the next listing, then leave b out of it.
+    let (id, op) = drain(&mut e).1.unwrap();
+    assert!(matches!(op, StoreOp::Get { ref key, .. } if key == "c/leader"));
+    e.handle_answer(now, id, StoreAnswer::Entry(None));
+    let mut listing = None;
+    while listing.is_none() {
+        if let (_, Some((id, op))) = drain(&mut e) {
+            match op {
+                StoreOp::List { .. } => listing = Some(id),
+                _ => e.handle_answer(now, id, StoreAnswer::Failed("busy".into())),
+            }
+            continue;
+        }
+        now = e.poll_timeout().unwrap();
+        e.handle_timeout(now);
+    }
+    e.handle_answer(
+        now,
+        listing.unwrap(),
+        StoreAnswer::Entries(vec![entry("c/members/a", StoreValue::Member(record("a", 1)), 10)]),
+    );
+    assert_eq!(
+        e.view(now).view.get(&other.node).map(|m| m.status),
+        Some(MemberStatus::Up),
+        "not down on a listing alone"
+    );
+    let (id, op) = drain(&mut e).1.unwrap();
+    assert!(matches!(op, StoreOp::Get { ref key, .. } if key == "c/members/b"), "confirmed with a read: {op:?}");
+    e.handle_answer(now, id, StoreAnswer::Entry(None));
+    assert_eq!(e.view(now).view.get(&other.node).map(|m| m.status), Some(MemberStatus::Down));
+}
+
+#[test]
+fn a_late_answer_is_ignored_and_an_uncertain_create_is_read_back() {
+    let mut e = engine(0);
+    let (first, _) = drain(&mut e).1.unwrap();
+    // No answer within a sixth of the TTL: abandoned, and the next renewal reads the key.
+    let (id, op, now) = until_op(&mut e, 0, |op| reads_member_key(op) || matches!(op, StoreOp::CreateEphemeral { .. }));
+    assert!(reads_member_key(&op), "read, not created again: {op:?}");
+    // The first create's answer arrives now: too late, ignored.
+    e.handle_answer(now, first, StoreAnswer::Written(Some(10)));
+    assert!(!drain(&mut e).0.iter().any(|c| matches!(c, LeaseCommand::ExtendHosting { .. })));
+    // The key holds this node's record: the create went through after it was sent at 0.
+    e.handle_answer(now, id, StoreAnswer::Entry(Some(entry("c/members/a", StoreValue::Member(record("a", 1)), 10))));
+    let (cmds, op) = drain(&mut e);
+    assert!(cmds.contains(&LeaseCommand::ExtendHosting { until: TTL - MARGIN }), "{cmds:?}");
+    assert!(matches!(op, Some((_, StoreOp::Refresh { revision: 10, .. }))), "refreshed at once: {op:?}");
+}
+
+#[test]
+fn an_uncertain_create_whose_key_is_gone_starts_a_new_incarnation() {
+    let mut e = engine(0);
+    let (id, _) = drain(&mut e).1.unwrap();
+    e.handle_answer(3, id, StoreAnswer::Failed("connection reset".into()));
+    let (id, op, now) = until_op(&mut e, 3, |op| reads_member_key(op) || matches!(op, StoreOp::CreateEphemeral { .. }));
+    assert!(reads_member_key(&op), "read, not created again: {op:?}");
+    // Gone: it may have been this node's and expired unseen by it, but not by others.
+    e.handle_answer(now, id, StoreAnswer::Entry(None));
+    assert!(drain(&mut e).0.contains(&LeaseCommand::RevokeHosting));
+    assert!(e.is_fenced());
+}

@@ -1,0 +1,431 @@
+//! One schedule: lease engines over the simulated store, with latency, outages, lost answers, a
+//! store reachable from some nodes only, pauses, crashes, restarts and leaves.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::hash::Hash;
+
+use shardline_core::lease::{
+    LeaseCommand, LeaseConfig, LeaseEngine, LeaseEvent, LeaseKeys, LeaseView, MemberRecord, StoreAnswer, StoreOp,
+    StoreValue,
+};
+use shardline_core::{MemberStatus, NodeId};
+
+use super::rng::Rng;
+use super::store::Store;
+
+/// The shape of one schedule.
+#[derive(Clone, Debug)]
+pub struct Params {
+    pub seed: u64,
+    pub nodes: usize,
+    pub ttl_ms: u64,
+    pub margin_ms: u64,
+    pub latency_ms: u64,
+    pub lost_answers: f64,
+    pub faults: usize,
+    pub active_ms: u64,
+    /// An engine that counts its lease from the answer instead of the request.
+    pub broken_lease_start: bool,
+}
+
+impl Params {
+    pub fn random(seed: u64) -> Self {
+        let mut r = Rng::new(seed ^ 0x1EA5E);
+        let ttl_ms = r.range(600, 3_000);
+        Params {
+            seed,
+            nodes: r.range(1, 6) as usize,
+            ttl_ms,
+            margin_ms: r.range(100, ttl_ms / 3),
+            // Latency well below the TTL, as a store's is: a sixth of the TTL is what a write may take.
+            latency_ms: r.range(1, (ttl_ms / 16).min(80)),
+            lost_answers: if r.chance(0.5) { 0.0 } else { 0.03 },
+            faults: r.range(0, 8) as usize,
+            active_ms: r.range(3_000, 12_000),
+            broken_lease_start: false,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Ev {
+    Timer { slot: usize, inc: u64 },
+    Arrive { slot: usize, inc: u64, id: u64, op: StoreOp },
+    Answer { slot: usize, inc: u64, id: u64, answer: StoreAnswer },
+    Fault,
+    Unpause { slot: usize, inc: u64 },
+    Exit { slot: usize, inc: u64 },
+    Restart { slot: usize },
+}
+
+struct SimNode {
+    id: NodeId,
+    engine: LeaseEngine,
+    alive: bool,
+    hosting_until: u64,
+    paused_until: u64,
+    deferred: Vec<(u64, StoreAnswer)>,
+    view: Option<LeaseView>,
+    /// Restarting after fencing itself.
+    restarting: bool,
+    /// When its timer is set for.
+    timer_at: Option<u64>,
+}
+
+pub struct World {
+    p: Params,
+    rng: Rng,
+    now: u64,
+    queue: BinaryHeap<Reverse<(u64, u64)>>,
+    events: HashMap<u64, Ev>,
+    next_ev: u64,
+    nodes: Vec<SimNode>,
+    next_inc: u64,
+    store: Store,
+    store_down_until: u64,
+    cut_until: Vec<u64>,
+    /// Every (term, leader) any node ever published or claimed.
+    terms: BTreeMap<u64, NodeId>,
+    pub violations: Vec<String>,
+    pub trace: std::collections::hash_map::DefaultHasher,
+    pub steps: u64,
+    pub fenced: u64,
+    pub verbose: bool,
+}
+
+impl World {
+    pub fn new(p: Params) -> Self {
+        let mut w = World {
+            rng: Rng::new(p.seed),
+            now: 0,
+            queue: BinaryHeap::new(),
+            events: HashMap::new(),
+            next_ev: 0,
+            nodes: Vec::new(),
+            next_inc: 0,
+            store: Store::default(),
+            store_down_until: 0,
+            cut_until: vec![0; p.nodes],
+            terms: BTreeMap::new(),
+            violations: Vec::new(),
+            trace: Default::default(),
+            steps: 0,
+            fenced: 0,
+            verbose: false,
+            p,
+        };
+        for slot in 0..w.p.nodes {
+            let node = w.fresh(slot);
+            w.nodes.push(node);
+            w.after_input(slot);
+        }
+        for _ in 0..w.p.faults {
+            let at = w.rng.range(100, w.p.active_ms);
+            w.schedule(at, Ev::Fault);
+        }
+        w
+    }
+
+    fn config(&self) -> LeaseConfig {
+        let mut c = LeaseConfig { ttl_ms: self.p.ttl_ms, safety_margin_ms: self.p.margin_ms, ..LeaseConfig::default() };
+        c.fault_lease_from_answer = self.p.broken_lease_start;
+        c
+    }
+
+    fn fresh(&mut self, slot: usize) -> SimNode {
+        self.next_inc += 1;
+        let id = NodeId::new(format!("n{slot}"), self.next_inc);
+        let me = MemberRecord {
+            node: id.clone(),
+            addr: format!("10.0.0.{slot}:7000"),
+            status: MemberStatus::Up,
+            app_version: "1".into(),
+            roles: Vec::new(),
+            weight: 1,
+            slot: None,
+        };
+        let keys = LeaseKeys::new("sim", &format!("n{slot}"));
+        let engine = match LeaseEngine::new(self.config(), keys, me, self.now) {
+            Ok(e) => e,
+            Err(e) => panic!("the schedule's settings are valid: {e}"),
+        };
+        self.log(|| format!("start {id}"));
+        SimNode {
+            id,
+            engine,
+            alive: true,
+            hosting_until: 0,
+            paused_until: 0,
+            deferred: Vec::new(),
+            view: None,
+            restarting: false,
+            timer_at: None,
+        }
+    }
+
+    fn schedule(&mut self, at: u64, ev: Ev) {
+        let id = self.next_ev;
+        self.next_ev += 1;
+        self.queue.push(Reverse((at.max(self.now), id)));
+        self.events.insert(id, ev);
+    }
+
+    fn log(&self, what: impl FnOnce() -> String) {
+        if self.verbose {
+            eprintln!("[{:>6}] {}", self.now, what());
+        }
+    }
+
+    fn inc(&self, slot: usize) -> u64 {
+        self.nodes[slot].id.incarnation
+    }
+
+    /// Carries out the commands of `slot`'s engine and sets its timer.
+    fn after_input(&mut self, slot: usize) {
+        let now = self.now;
+        let inc = self.inc(slot);
+        let commands: Vec<LeaseCommand> = self.nodes[slot].engine.drain_commands().collect();
+        for c in commands {
+            match c {
+                LeaseCommand::Store { id, op } => {
+                    let at = now + self.rng.range(0, self.p.latency_ms);
+                    self.schedule(at, Ev::Arrive { slot, inc, id, op });
+                }
+                LeaseCommand::ExtendHosting { until } => self.nodes[slot].hosting_until = until,
+                LeaseCommand::RevokeHosting => {
+                    self.nodes[slot].hosting_until = 0;
+                    let n = &mut self.nodes[slot];
+                    if !n.restarting && !n.engine.me().status.eq(&MemberStatus::Removed) {
+                        // The runtime rejoins as a new incarnation.
+                        n.restarting = true;
+                        self.fenced += 1;
+                        let at = now + self.rng.range(100, 500);
+                        self.schedule(at, Ev::Restart { slot });
+                    }
+                }
+                LeaseCommand::Publish(view) => {
+                    if let Some((l, term)) = &view.leader {
+                        self.claim(*term, l.clone());
+                    }
+                    self.nodes[slot].view = Some(view);
+                }
+                LeaseCommand::Log(e) => {
+                    if let LeaseEvent::Leads { term } = e {
+                        let me = self.nodes[slot].id.clone();
+                        self.claim(term, me);
+                    }
+                    self.log(|| format!("n{slot}#{inc}: {e:?}"));
+                }
+            }
+        }
+        if let Some(at) = self.nodes[slot].engine.poll_timeout() {
+            let at = at.max(now + 1);
+            if self.nodes[slot].timer_at.is_none_or(|t| t > at || t <= now) {
+                self.nodes[slot].timer_at = Some(at);
+                self.schedule(at, Ev::Timer { slot, inc });
+            }
+        }
+    }
+
+    /// L1: one leader per term.
+    fn claim(&mut self, term: u64, node: NodeId) {
+        match self.terms.get(&term) {
+            Some(other) if *other != node => {
+                self.violations.push(format!("t={} L1: term {term} led by {other} and {node}", self.now));
+            }
+            Some(_) => {}
+            None => {
+                self.terms.insert(term, node);
+            }
+        }
+    }
+
+    fn usable(&self, slot: usize, inc: u64) -> bool {
+        let n = &self.nodes[slot];
+        n.alive && n.id.incarnation == inc
+    }
+
+    fn step(&mut self, ev: Ev) {
+        let now = self.now;
+        match ev {
+            Ev::Timer { slot, inc } => {
+                if self.usable(slot, inc) && self.nodes[slot].timer_at == Some(now) {
+                    self.nodes[slot].timer_at = None;
+                }
+                if self.usable(slot, inc) && now >= self.nodes[slot].paused_until {
+                    self.nodes[slot].engine.handle_timeout(now);
+                    self.after_input(slot);
+                }
+            }
+            Ev::Arrive { slot, inc, id, op } => {
+                if now < self.store_down_until || now < self.cut_until[slot] {
+                    // The client notices, or the call hangs until the engine gives up on it.
+                    if self.rng.chance(0.5) {
+                        let at = now + self.rng.range(1, 200);
+                        self.schedule(
+                            at,
+                            Ev::Answer { slot, inc, id, answer: StoreAnswer::Failed("unreachable".into()) },
+                        );
+                    }
+                    return;
+                }
+                let answer = self.store.apply(now, &op);
+                // Faults, lost answers included, stop with the active period.
+                if now < self.p.active_ms && self.rng.chance(self.p.lost_answers) {
+                    return;
+                }
+                let at = now + self.rng.range(0, self.p.latency_ms);
+                self.schedule(at, Ev::Answer { slot, inc, id, answer });
+            }
+            Ev::Answer { slot, inc, id, answer } => {
+                if !self.usable(slot, inc) || now < self.cut_until[slot] {
+                    return;
+                }
+                if now < self.nodes[slot].paused_until {
+                    self.nodes[slot].deferred.push((id, answer));
+                    return;
+                }
+                self.nodes[slot].engine.handle_answer(now, id, answer);
+                self.after_input(slot);
+            }
+            Ev::Unpause { slot, inc } => {
+                if !self.usable(slot, inc) {
+                    return;
+                }
+                let deferred = std::mem::take(&mut self.nodes[slot].deferred);
+                for (id, answer) in deferred {
+                    self.nodes[slot].engine.handle_answer(now, id, answer);
+                }
+                self.nodes[slot].engine.handle_timeout(now);
+                self.after_input(slot);
+            }
+            Ev::Exit { slot, inc } => {
+                if self.usable(slot, inc) {
+                    // The runtime stopped every shard before it exits.
+                    self.nodes[slot].hosting_until = 0;
+                    self.nodes[slot].engine.handle_exit(now);
+                    self.after_input(slot);
+                    let at = now + self.rng.range(self.p.ttl_ms, 3 * self.p.ttl_ms);
+                    self.schedule(at, Ev::Restart { slot });
+                }
+            }
+            Ev::Restart { slot } => {
+                let node = self.fresh(slot);
+                self.nodes[slot] = node;
+                self.after_input(slot);
+            }
+            Ev::Fault => self.fault(),
+        }
+    }
+
+    fn fault(&mut self) {
+        let now = self.now;
+        let slot = self.rng.range(0, self.p.nodes as u64) as usize;
+        let inc = self.inc(slot);
+        let ttl = self.p.ttl_ms;
+        match self.rng.range(0, 6) {
+            0 => {
+                let until = now + self.rng.range(100, 2 * ttl);
+                self.log(|| format!("fault: store down until {until}"));
+                self.store_down_until = self.store_down_until.max(until);
+            }
+            1 => {
+                let until = now + self.rng.range(100, 2 * ttl);
+                self.log(|| format!("fault: n{slot} cut from the store until {until}"));
+                self.cut_until[slot] = self.cut_until[slot].max(until);
+            }
+            2 => {
+                let until = now + self.rng.range(50, 2 * ttl);
+                self.log(|| format!("fault: n{slot} paused until {until}"));
+                self.nodes[slot].paused_until = until;
+                self.schedule(until, Ev::Unpause { slot, inc });
+            }
+            3 => {
+                self.log(|| format!("fault: crash n{slot}"));
+                self.nodes[slot].alive = false;
+                let at = now + self.rng.range(ttl / 2, 2 * ttl);
+                self.schedule(at, Ev::Restart { slot });
+            }
+            4 => {
+                self.log(|| format!("fault: n{slot} leaves"));
+                self.nodes[slot].engine.handle_leave(now);
+                self.after_input(slot);
+                let at = now + self.rng.range(50, ttl);
+                self.schedule(at, Ev::Exit { slot, inc });
+            }
+            _ => {
+                let until = now + self.rng.range(10, 300);
+                self.log(|| format!("fault: the store is slow until {until}"));
+                // Slow: every answer in flight is late (modelled as a short outage of answers).
+                self.store_down_until = self.store_down_until.max(until);
+            }
+        }
+    }
+
+    /// L2: a node that may host holds a live member key in the store. L3: a member some view
+    /// declares down may not host.
+    fn check(&mut self) {
+        let now = self.now;
+        for n in self.nodes.iter().filter(|n| n.alive && n.hosting_until > now) {
+            let key = format!("sim/members/{}", n.id.name);
+            let holds = self.store.keys.get(&key).is_some_and(|s| {
+                s.expires.is_some_and(|e| e > now) && matches!(&s.value, StoreValue::Member(r) if r.node == n.id)
+            });
+            if !holds {
+                self.violations
+                    .push(format!("t={now} L2: {} may host until {} without a live lease", n.id, n.hosting_until));
+            }
+        }
+        for observer in self.nodes.iter().filter(|n| n.alive) {
+            let Some(view) = &observer.view else { continue };
+            for m in view.view.members().filter(|m| m.status == MemberStatus::Down) {
+                if let Some(x) = self.nodes.iter().find(|x| x.alive && x.id == m.node && x.hosting_until > now) {
+                    self.violations
+                        .push(format!("t={now} L3: {} declares {} down while it may host", observer.id, x.id));
+                }
+            }
+        }
+    }
+
+    /// After a quiet period: every node is up and hosting, and all agree on one live leader.
+    fn check_settled(&mut self) {
+        let now = self.now;
+        let mut leaders = std::collections::BTreeSet::new();
+        for n in self.nodes.iter().filter(|n| n.alive) {
+            if n.hosting_until <= now {
+                self.violations.push(format!("settled: {} does not host", n.id));
+            }
+            leaders.insert(n.view.as_ref().and_then(|v| v.leader.clone()).map(|(l, _)| l));
+        }
+        if leaders.len() != 1 || leaders.iter().next().is_some_and(|l| l.is_none()) {
+            self.violations.push(format!("settled: leaders {leaders:?}"));
+        }
+    }
+
+    pub fn run(mut self) -> (Vec<String>, World) {
+        let end = self.p.active_ms + 8 * self.p.ttl_ms;
+        while let Some(Reverse((at, id))) = self.queue.pop() {
+            if at > end {
+                break;
+            }
+            self.now = at;
+            let Some(ev) = self.events.remove(&id) else { continue };
+            self.steps += 1;
+            format!("{at}{ev:?}").hash(&mut self.trace);
+            if self.verbose {
+                self.log(|| format!("{ev:?}"));
+            }
+            self.step(ev);
+            self.check();
+            if !self.violations.is_empty() {
+                break;
+            }
+        }
+        if self.violations.is_empty() {
+            self.now = end;
+            self.check_settled();
+        }
+        (std::mem::take(&mut self.violations), self)
+    }
+}
