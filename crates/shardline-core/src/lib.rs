@@ -16,7 +16,7 @@
 //! | membership | [`MembershipView`], [`Member`], [`MemberStatus`], [`RebalanceHold`] |
 //! | where shards live | [`ShardMap`], [`ShardHome`], [`Epoch`] |
 //! | where shards should live | [`AllocationStrategy`]: [`LeastShards`], [`VersionAware`], [`ConsistentHash`], [`Ranges`], [`External`] |
-//! | moving shards | [`CoordinatorEngine`] (on the leader), [`RegionEngine`] (on every node) |
+//! | moving shards | [`CoordinatorEngine`] (on the leader), [`RegionEngine`] (on every node), [`Departure`] (a graceful leave) |
 //! | who is alive | [`PhiAccrualDetector`], [`lease::LeaseEngine`] (membership on a coordination store) |
 //! | who survives a partition | [`SplitBrainPolicy`] |
 //! | what happened | [`DomainEvent`], [`ClusterReadModel`] |
@@ -33,6 +33,7 @@
 
 pub mod allocation;
 pub mod coordinator;
+pub mod departure;
 pub mod events;
 pub mod failure_detector;
 pub mod id;
@@ -49,6 +50,7 @@ pub use allocation::{
     VersionAware,
 };
 pub use coordinator::{CoordinatorCommand, CoordinatorConfig, CoordinatorEngine};
+pub use departure::{Departure, DepartureStep, StopReason};
 pub use events::{DomainEvent, RebalanceReason};
 pub use failure_detector::{PhiAccrualConfig, PhiAccrualDetector};
 pub use id::{shard_of, EntityId, NodeId, ShardId, TypeKey};

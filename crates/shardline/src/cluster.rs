@@ -6,10 +6,11 @@ use std::io::Write;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use shardline_core::{DomainEvent, EntityId, Epoch, NodeId, ShardId, TypeKey};
+use shardline_core::{Departure, DepartureStep, DomainEvent, EntityId, Epoch, NodeId, ShardId, TypeKey};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::entity::{Entity, EntitySettings};
@@ -165,7 +166,6 @@ impl ClusterBuilder {
             events,
             log,
             fenced: AtomicBool::new(false),
-            stopping_alone: AtomicBool::new(false),
             down_tx,
             down_rx,
         });
@@ -196,8 +196,6 @@ pub(crate) struct NodeInner {
     events: broadcast::Sender<(TypeKey, DomainEvent)>,
     log: Option<Mutex<std::fs::File>>,
     fenced: AtomicBool,
-    /// A leave found nobody to hand its shards to and stops them here (logged once).
-    stopping_alone: AtomicBool,
     down_tx: watch::Sender<Option<String>>,
     down_rx: watch::Receiver<Option<String>>,
 }
@@ -438,41 +436,30 @@ impl Cluster {
         info!(node = %self.inner.me, "leaving the cluster");
         self.inner.control.leave();
         let deadline = Instant::now() + timeout;
-        let mut leaderless_since: Option<Instant> = None;
+        let mut departure = Departure::new(LEADERLESS_LEAVE.as_millis() as u64);
         loop {
-            let regions = self.regions();
-            let hosting: Vec<_> = regions.into_iter().filter(|r| !r.hosted().is_empty()).collect();
-            if hosting.is_empty() {
-                break;
-            }
-            if Instant::now() > deadline {
-                return Err(Error::Timeout(timeout));
-            }
-            // Nowhere to hand shards to: no other member may host them, or nobody has coordinated
-            // a hand-off for a while (every other member is unreachable). Stopping here is safe:
-            // nobody else may host a shard of this node before it hands it off or is gone.
-            let v = self.view();
-            leaderless_since = match v.leader {
-                Some(_) => None,
-                None => leaderless_since.or(Some(Instant::now())),
-            };
-            let leaderless = leaderless_since.is_some_and(|t| t.elapsed() >= LEADERLESS_LEAVE);
-            // Entity types are not restricted to roles: any member that may host can take over.
-            if leaderless || !v.view.has_successor(&self.inner.me, None) {
-                for r in hosting {
-                    if !self.inner.stopping_alone.swap(true, Ordering::AcqRel) {
+            let hosting: Vec<_> = self.regions().into_iter().filter(|r| !r.hosted().is_empty()).collect();
+            let step = departure.step(self.now_ms(), &self.view().view, &self.inner.me, !hosting.is_empty());
+            match step {
+                DepartureStep::Done => break,
+                _ if Instant::now() > deadline => return Err(Error::Timeout(timeout)),
+                DepartureStep::Wait => {}
+                DepartureStep::StopHere { reason, first } => {
+                    if first {
                         warn!(
                             node = %self.inner.me,
-                            reason = if leaderless { "no leader to hand off to" } else { "no other member may host" },
+                            reason = reason.as_str(),
                             "leaving without hand-off: stopping this node's shards here"
                         );
                     }
-                    r.stop_all();
+                    for r in hosting {
+                        r.stop_all();
+                    }
                 }
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        if self.inner.stopping_alone.load(Ordering::Acquire) {
+        if departure.stopped_alone() {
             // Messages for this node's shards that arrived while they stopped have nowhere to go.
             for r in self.regions() {
                 r.fail_buffered("the node left and no other member could take its shards");

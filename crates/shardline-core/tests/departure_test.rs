@@ -1,0 +1,52 @@
+//! A graceful leave's decisions: wait while someone can take the shards, stop them here when no
+//! other member may host them or no leader has coordinated for a while.
+
+use shardline_core::{Departure, DepartureStep, Member, MemberStatus, MembershipView, NodeId, StopReason};
+
+fn view(leader: Option<&str>, others: &[(&str, MemberStatus)]) -> MembershipView {
+    let mut v = MembershipView::new();
+    v.add(Member::new(NodeId::new("me", 1), 1).with_status(MemberStatus::Leaving)).unwrap();
+    for (i, (n, s)) in others.iter().enumerate() {
+        v.add(Member::new(NodeId::new(*n, 1), i as u64 + 2).with_status(*s)).unwrap();
+    }
+    v.set_leader(leader.map(|l| NodeId::new(l, 1))).unwrap();
+    v
+}
+
+#[test]
+fn a_leave_waits_while_a_leader_can_hand_the_shards_over() {
+    let me = NodeId::new("me", 1);
+    let v = view(Some("b"), &[("b", MemberStatus::Up)]);
+    let mut d = Departure::new(5_000);
+    for now in [0, 1_000, 60_000] {
+        assert_eq!(d.step(now, &v, &me, true), DepartureStep::Wait);
+    }
+    assert_eq!(d.step(60_020, &v, &me, false), DepartureStep::Done);
+    assert!(!d.stopped_alone());
+}
+
+#[test]
+fn without_a_leader_for_long_enough_the_shards_stop_here_once() {
+    let me = NodeId::new("me", 1);
+    let with = view(Some("b"), &[("b", MemberStatus::Up)]);
+    let without = view(None, &[("b", MemberStatus::Up)]);
+    let mut d = Departure::new(5_000);
+    assert_eq!(d.step(0, &without, &me, true), DepartureStep::Wait);
+    // A leader comes back before the limit: the clock starts over.
+    assert_eq!(d.step(4_000, &with, &me, true), DepartureStep::Wait);
+    assert_eq!(d.step(5_000, &without, &me, true), DepartureStep::Wait);
+    assert_eq!(d.step(9_999, &without, &me, true), DepartureStep::Wait);
+    let stop = |first| DepartureStep::StopHere { reason: StopReason::NoLeader, first };
+    assert_eq!(d.step(10_000, &without, &me, true), stop(true));
+    assert_eq!(d.step(10_020, &without, &me, true), stop(false), "logged once");
+    assert!(d.stopped_alone());
+}
+
+#[test]
+fn with_no_member_that_may_host_the_shards_stop_here_at_once() {
+    let me = NodeId::new("me", 1);
+    let others = [("b", MemberStatus::Leaving), ("c", MemberStatus::Down), ("p", MemberStatus::Joining)];
+    let v = view(Some("b"), &others);
+    let mut d = Departure::new(5_000);
+    assert_eq!(d.step(0, &v, &me, true), DepartureStep::StopHere { reason: StopReason::NoSuccessor, first: true });
+}
