@@ -4,8 +4,9 @@
 //! events, the latest snapshot, the replies to the requests those events answered, and per shard
 //! the set of *remembered* entities (those started again when their shard starts). One trait,
 //! three implementations: [`InMemoryJournal`] here, SQLite (embedded, one file several node
-//! processes can share) and PostgreSQL in their own crates. One [`conformance`] suite runs
-//! against all three, and so do the end-to-end failure [`drills`].
+//! processes can share) and PostgreSQL in their own crates. One conformance suite
+//! (`journal::conformance`) runs against all three, and so do the end-to-end failure drills
+//! (`journal::drills`); both are behind the `test-support` feature, for backends' tests.
 //!
 //! **Fencing.** The shard's epoch is the journal's fencing token, checked by the database itself.
 //! A node that starts hosting shard S at epoch e first calls [`Journal::raise_fence`] (the stored
@@ -17,7 +18,9 @@
 //! **Sequence numbers.** An append names the sequence number of the last event its writer saw; a
 //! stale one is [`JournalError::Conflict`], never a duplicate or a gap.
 
+#[cfg(feature = "test-support")]
 pub mod conformance;
+#[cfg(feature = "test-support")]
 pub mod drills;
 mod memory;
 pub mod queue;

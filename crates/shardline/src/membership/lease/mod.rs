@@ -2,8 +2,10 @@
 //! coordination store (etcd, NATS JetStream KV, or the in-memory store), so that a partition
 //! or a dead node can never leave a shard with two owners.
 
+#[cfg(feature = "test-support")]
 pub mod conformance;
 mod provider;
+#[cfg(feature = "test-support")]
 pub mod server;
 mod shard_maps;
 mod store;
