@@ -1,0 +1,175 @@
+//! Building a node: its settings, then starting its transport, membership and drivers.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use shardline_core::NodeId;
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio::time::Instant;
+use tracing::info;
+
+use crate::error::ConfigError;
+use crate::membership::{ClusterView, MembershipProvider, ProviderContext, Seeds};
+use crate::sharding::pending::Pending;
+use crate::transport::{Transport, TransportConfig};
+
+use super::dispatch::{sweep_pending, watch_membership, Dispatcher};
+use super::{Cluster, NodeInner};
+
+/// Builds a [`Cluster`] node.
+pub struct ClusterBuilder {
+    pub(super) cluster_name: String,
+    pub(super) node_name: Option<String>,
+    pub(super) bind: String,
+    pub(super) membership: Option<Box<dyn MembershipProvider>>,
+    pub(super) roles: Vec<String>,
+    pub(super) app_version: String,
+    pub(super) weight: u32,
+    pub(super) proxy: bool,
+    pub(super) transport: Option<TransportConfig>,
+    pub(super) ownership_log: Option<std::path::PathBuf>,
+}
+
+impl ClusterBuilder {
+    /// Cluster name; nodes of other clusters are refused (default `"shardline"`).
+    pub fn cluster_name(mut self, name: impl Into<String>) -> Self {
+        self.cluster_name = name.into();
+        self
+    }
+
+    /// Stable node name (default: the bound address).
+    pub fn node_name(mut self, name: impl Into<String>) -> Self {
+        self.node_name = Some(name.into());
+        self
+    }
+
+    /// Listen address (default `127.0.0.1:0`, any free port).
+    pub fn bind(mut self, addr: impl Into<String>) -> Self {
+        self.bind = addr.into();
+        self
+    }
+
+    /// Membership provider (default: `Seeds` with no seeds, a single-node cluster).
+    pub fn membership(mut self, provider: impl MembershipProvider) -> Self {
+        self.membership = Some(Box::new(provider));
+        self
+    }
+
+    /// Membership provider chosen at run time.
+    pub fn membership_boxed(mut self, provider: Box<dyn MembershipProvider>) -> Self {
+        self.membership = Some(provider);
+        self
+    }
+
+    /// Application version (rolling updates with `VersionAware`).
+    pub fn app_version(mut self, v: impl Into<String>) -> Self {
+        self.app_version = v.into();
+        self
+    }
+
+    /// Relative capacity (consistent hashing gives the node `150 × weight` virtual nodes).
+    pub fn weight(mut self, w: u32) -> Self {
+        self.weight = w.max(1);
+        self
+    }
+
+    /// Adds a role.
+    pub fn role(mut self, r: impl Into<String>) -> Self {
+        self.roles.push(r.into());
+        self
+    }
+
+    /// A proxy node routes messages but hosts no entity and never leads.
+    pub fn proxy(mut self) -> Self {
+        self.proxy = true;
+        self
+    }
+
+    /// Transport settings (max frame, queue sizes, backoff).
+    pub fn transport(mut self, config: TransportConfig) -> Self {
+        self.transport = Some(config);
+        self
+    }
+
+    /// Appends `time_ms node type shard epoch start|stop` lines to this file whenever a shard
+    /// starts or stops here (for ownership checks).
+    pub fn ownership_log(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.ownership_log = Some(path.into());
+        self
+    }
+
+    /// Starts the node: binds, starts membership, begins serving.
+    pub async fn build(self) -> Result<Cluster, ConfigError> {
+        if self.cluster_name.is_empty() {
+            return Err(ConfigError::Invalid { name: "cluster_name", reason: "must not be empty".into() });
+        }
+        let incarnation = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(1);
+        let bind = self.bind.clone();
+        let listener = tokio::net::TcpListener::bind(&bind)
+            .await
+            .map_err(|source| ConfigError::Bind { addr: bind.clone(), source })?;
+        let addr = listener.local_addr().map_err(|source| ConfigError::Bind { addr: bind.clone(), source })?;
+        let name = self.node_name.clone().unwrap_or_else(|| addr.to_string());
+        let tconf = self.transport.unwrap_or_else(|| TransportConfig::new(self.cluster_name.clone()));
+        let tconf = TransportConfig { cluster: self.cluster_name.clone(), ..tconf };
+        let transport = Transport::new(NodeId::new(name, incarnation), &listener, tconf)
+            .map_err(|source| ConfigError::Bind { addr: bind.clone(), source })?;
+        let me = transport.me().clone();
+        let (gossip_tx, gossip_rx) = mpsc::channel(1024);
+        let mut roles = self.roles.clone();
+        if self.proxy {
+            roles.push(shardline_core::PROXY_ROLE.into());
+        }
+        let provider = self.membership.unwrap_or_else(|| Box::new(Seeds::new(Vec::<String>::new())));
+        let handle = provider
+            .start(ProviderContext {
+                me: me.clone(),
+                addr,
+                roles,
+                app_version: self.app_version.clone(),
+                weight: self.weight,
+                transport: transport.clone(),
+                gossip: gossip_rx,
+            })
+            .await?;
+        let (events, _) = broadcast::channel(4096);
+        let log = match self.ownership_log {
+            Some(p) => {
+                Some(Mutex::new(std::fs::OpenOptions::new().create(true).append(true).open(&p).map_err(|e| {
+                    ConfigError::Invalid { name: "ownership_log", reason: format!("{}: {e}", p.display()) }
+                })?))
+            }
+            None => None,
+        };
+        let (down_tx, down_rx) = watch::channel(None);
+        let inner = Arc::new(NodeInner {
+            me: me.clone(),
+            addr,
+            transport: transport.clone(),
+            clock: Instant::now(),
+            proxy: self.proxy,
+            regions: RwLock::new(HashMap::new()),
+            typed: RwLock::new(HashMap::new()),
+            coordinators: Mutex::new(HashMap::new()),
+            pending: Pending::new(),
+            view: Mutex::new(ClusterView::default()),
+            control: handle.control,
+            maps: handle.maps,
+            lease: handle.lease,
+            gossip_tx,
+            events,
+            log,
+            fenced: AtomicBool::new(false),
+            down_tx,
+            down_rx,
+        });
+        transport.start(listener, Arc::new(Dispatcher(Arc::downgrade(&inner))));
+        let cluster = Cluster { inner };
+        tokio::spawn(watch_membership(cluster.clone(), handle.views));
+        tokio::spawn(sweep_pending(Arc::downgrade(&cluster.inner)));
+        info!(node = %me, %addr, "node started");
+        Ok(cluster)
+    }
+}

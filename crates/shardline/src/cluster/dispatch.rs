@@ -1,0 +1,125 @@
+//! What arrives from peers, handed to the region, coordinator or membership it is for; what
+//! could not be sent, handed back to whoever waits for it; and the node's two background
+//! tasks, which apply membership views and sweep asks past their deadline.
+
+use std::time::Duration;
+
+use shardline_core::NodeId;
+use tokio::sync::watch;
+use tracing::warn;
+
+use crate::error::Error;
+use crate::membership::ClusterView;
+use crate::transport::{Frame, Inbound};
+
+use super::{Cluster, NodeInner};
+
+pub(super) struct Dispatcher(pub(super) std::sync::Weak<NodeInner>);
+
+impl Inbound for Dispatcher {
+    fn on_frame(&self, from: &NodeId, frame: Frame) {
+        let Some(inner) = self.0.upgrade() else { return };
+        let cluster = Cluster { inner };
+        if !matches!(frame, Frame::Reply { .. } | Frame::Gossip(_)) {
+            cluster.fence_if_lapsed();
+        }
+        match frame {
+            Frame::Gossip(g) => {
+                let _ = cluster.inner.gossip_tx.try_send((from.clone(), g));
+            }
+            Frame::ToCoordinator { type_key, msg } => {
+                let c = cluster.inner.coordinators.lock().unwrap_or_else(|e| e.into_inner()).get(&type_key).cloned();
+                if let Some(c) = c {
+                    c.on_frame(from, msg);
+                }
+            }
+            Frame::ToRegion { type_key, msg } => match cluster.region(&type_key) {
+                Some(r) => r.on_coordinator_frame(from, msg),
+                None => {
+                    tracing::debug!(%type_key, peer = %from, "coordinator message for an entity type not registered here")
+                }
+            },
+            Frame::Region { type_key, msg } => match cluster.region(&type_key) {
+                Some(r) => r.on_region_frame(from, msg),
+                None => {
+                    warn!(%type_key, peer = %from, "message for an unknown entity type");
+                    if let shardline_core::RegionMessage::Forward { msg, .. } = msg {
+                        if let Some(addr) = msg.reply {
+                            let err = Error::Rejected(format!(
+                                "entity type {type_key} is not registered on {}",
+                                cluster.inner.me
+                            ));
+                            let _ = cluster
+                                .transport()
+                                .send(&addr.node, Frame::Reply { req_id: addr.req_id, result: Err(err) });
+                        }
+                    }
+                }
+            },
+            Frame::Reply { req_id, result } => cluster.inner.pending.complete(req_id, result),
+            Frame::Hello { .. } | Frame::HelloOk { .. } | Frame::Refuse { .. } => {
+                warn!(peer = %from, "handshake frame after the handshake: ignored")
+            }
+        }
+    }
+
+    fn on_link_down(&self, peer: &NodeId) {
+        let Some(inner) = self.0.upgrade() else { return };
+        for r in (Cluster { inner }).regions() {
+            r.on_link_down(peer);
+        }
+    }
+
+    fn on_unsendable(&self, peer: &NodeId, frame: Frame, error: crate::TransportError) {
+        let Some(inner) = self.0.upgrade() else { return };
+        let cluster = Cluster { inner };
+        match frame {
+            // Never written, so never processed: the asker may resend (a smaller message).
+            Frame::Region { msg: shardline_core::RegionMessage::Forward { msg, .. }, .. }
+            | Frame::Region { msg: shardline_core::RegionMessage::Bounce { msg, .. }, .. } => {
+                if let Some(addr) = msg.reply {
+                    let err = Error::Rejected(format!("message to {} cannot be sent: {error}", msg.entity));
+                    let _ =
+                        cluster.transport().send(&addr.node, Frame::Reply { req_id: addr.req_id, result: Err(err) });
+                } else {
+                    warn!(peer = %peer, entity = %msg.entity, %error, "a told message cannot be sent: dropped");
+                }
+            }
+            // The entity ran: its asker learns that the reply, not the message, was lost.
+            Frame::Reply { req_id, result: Ok(_) } => {
+                let err = Error::ReplyLost(format!("the reply cannot be sent: {error}"));
+                let _ = cluster.transport().send(peer, Frame::Reply { req_id, result: Err(err) });
+            }
+            // Protocol frames are repeated on timers; the writer logged and counted this one.
+            _ => {}
+        }
+    }
+
+    fn on_undeliverable(&self, peer: &NodeId, frame: Frame) {
+        let Some(inner) = self.0.upgrade() else { return };
+        let cluster = Cluster { inner };
+        if let Frame::Region { type_key, msg } = frame {
+            if let Some(r) = cluster.region(&type_key) {
+                r.on_undeliverable(peer, msg);
+            }
+        }
+    }
+}
+
+pub(super) async fn watch_membership(cluster: Cluster, mut views: watch::Receiver<ClusterView>) {
+    loop {
+        let v = views.borrow_and_update().clone();
+        cluster.apply_view(&v);
+        if views.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+pub(super) async fn sweep_pending(inner: std::sync::Weak<NodeInner>) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let Some(i) = inner.upgrade() else { return };
+        i.pending.sweep();
+    }
+}

@@ -1,0 +1,114 @@
+//! What applications hold: a registered entity type ([`EntityHandle`]) and one entity of it
+//! ([`EntityRef`]).
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use shardline_core::{EntityId, Epoch, NodeId, ShardId};
+use tokio::sync::oneshot;
+
+use crate::entity::Entity;
+use crate::error::Error;
+use crate::sharding::envelope::Body;
+use crate::sharding::region::{Region, RegionDyn};
+
+/// A registered entity type on this node.
+pub struct EntityHandle<E: Entity> {
+    pub(super) region: Arc<Region<E>>,
+    pub(super) _e: PhantomData<fn() -> E>,
+}
+
+impl<E: Entity> Clone for EntityHandle<E> {
+    fn clone(&self) -> Self {
+        EntityHandle { region: self.region.clone(), _e: PhantomData }
+    }
+}
+
+impl<E: Entity> EntityHandle<E> {
+    /// A reference to entity `id` (no I/O: the entity starts on its first message).
+    pub fn entity_ref(&self, id: impl AsRef<str>) -> EntityRef<E> {
+        EntityRef { region: self.region.clone(), id: EntityId::new(id) }
+    }
+
+    /// The type's default ask timeout.
+    pub fn ask_timeout(&self) -> Duration {
+        self.region.ask_timeout()
+    }
+
+    /// The shard entity `id` belongs to.
+    pub fn shard_of(&self, id: impl AsRef<str>) -> ShardId {
+        self.region.shard_of(id.as_ref())
+    }
+
+    /// The owner of every shard as this node's region knows it (None: unknown).
+    pub fn shard_homes(&self) -> Vec<Option<NodeId>> {
+        self.region.homes()
+    }
+
+    /// Shards hosted on this node, with the epoch each is hosted at (the fencing token its
+    /// entities carry).
+    pub fn hosted_epochs(&self) -> Vec<(ShardId, Epoch)> {
+        self.region.hosted()
+    }
+
+    /// Shards hosted on this node.
+    pub fn hosted_shards(&self) -> Vec<ShardId> {
+        self.region.hosted().into_iter().map(|(s, _)| s).collect()
+    }
+
+    /// Entities in memory on this node (idle and active).
+    pub fn local_entities(&self) -> usize {
+        self.region.entity_count()
+    }
+
+    /// Entities on this node with a running task (the others are idle state in memory).
+    pub fn active_entities(&self) -> usize {
+        self.region.active_count()
+    }
+}
+
+/// A reference to one entity, valid anywhere in the cluster.
+pub struct EntityRef<E: Entity> {
+    pub(super) region: Arc<Region<E>>,
+    pub(super) id: EntityId,
+}
+
+impl<E: Entity> Clone for EntityRef<E> {
+    fn clone(&self) -> Self {
+        EntityRef { region: self.region.clone(), id: self.id.clone() }
+    }
+}
+
+impl<E: Entity> EntityRef<E> {
+    /// The entity's id.
+    pub fn id(&self) -> &EntityId {
+        &self.id
+    }
+
+    /// Sends `msg` and waits for the reply, up to the type's default timeout.
+    pub async fn ask(&self, msg: E::Message) -> Result<E::Reply, Error> {
+        self.ask_timeout(msg, self.region.ask_timeout()).await
+    }
+
+    /// Sends `msg` and waits for the reply, up to `timeout`.
+    ///
+    /// # Cancel safety
+    /// Dropping the future abandons the reply; the message may still be processed.
+    pub async fn ask_timeout(&self, msg: E::Message, timeout: Duration) -> Result<E::Reply, Error> {
+        let (tx, rx) = oneshot::channel();
+        self.region.send(self.id.clone(), Body::Typed { msg, reply: Some(tx) })?;
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(r)) => r,
+            // Nobody will answer: the entity panicked or its task was torn down mid-message.
+            Ok(Err(_)) => Err(Error::OutcomeUnknown("the ask ended without a reply".into())),
+            Err(_) => Err(Error::Timeout(timeout)),
+        }
+    }
+
+    /// Sends `msg` without waiting. Fails at once when the local region refuses it; after that,
+    /// delivery is at most once.
+    pub fn tell(&self, msg: E::Message) -> Result<(), Error> {
+        self.region.send(self.id.clone(), Body::Typed { msg, reply: None })
+    }
+}

@@ -1,0 +1,363 @@
+//! The node: [`Cluster`] and its lifecycle (views applied, fencing, graceful leave), built by
+//! [`ClusterBuilder`]; what arrives from peers goes to [`dispatch`]; applications talk to
+//! entities through [`EntityHandle`] and [`EntityRef`].
+
+mod builder;
+mod dispatch;
+mod handles;
+
+pub use builder::ClusterBuilder;
+pub use handles::{EntityHandle, EntityRef};
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::io::Write;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use shardline_core::{Departure, DepartureStep, DomainEvent, Epoch, NodeId, ShardId, TypeKey};
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::entity::{Entity, EntitySettings};
+use crate::error::{ConfigError, Error};
+use crate::membership::{ClusterView, MembershipControl};
+use crate::sharding::coordinator::Coordinator;
+use crate::sharding::pending::Pending;
+use crate::sharding::region::{Region, RegionDyn};
+use crate::transport::Transport;
+
+pub(crate) struct NodeInner {
+    pub(super) me: NodeId,
+    pub(super) addr: std::net::SocketAddr,
+    pub(super) transport: Transport,
+    pub(super) clock: Instant,
+    pub(super) proxy: bool,
+    pub(super) regions: RwLock<HashMap<TypeKey, Arc<dyn RegionDyn>>>,
+    pub(super) typed: RwLock<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+    pub(super) coordinators: Mutex<HashMap<TypeKey, Arc<Coordinator>>>,
+    pub(super) pending: Pending,
+    pub(super) view: Mutex<ClusterView>,
+    pub(super) control: Arc<dyn MembershipControl>,
+    pub(super) maps: Option<crate::membership::lease::ShardMaps>,
+    pub(super) lease: Option<crate::membership::HostingLease>,
+    pub(super) gossip_tx: mpsc::Sender<(NodeId, crate::membership::seeds::Gossip)>,
+    pub(super) events: broadcast::Sender<(TypeKey, DomainEvent)>,
+    pub(super) log: Option<Mutex<std::fs::File>>,
+    pub(super) fenced: AtomicBool,
+    pub(super) down_tx: watch::Sender<Option<String>>,
+    pub(super) down_rx: watch::Receiver<Option<String>>,
+}
+
+/// How long a leaving node waits for a leader to coordinate its hand-offs before it stops its
+/// shards itself (a leader is normally there at once; none means every other member is
+/// unreachable or the store is down).
+const LEADERLESS_LEAVE: Duration = Duration::from_secs(5);
+
+/// A running node of the cluster. Cheap to clone.
+#[derive(Clone)]
+pub struct Cluster {
+    pub(super) inner: Arc<NodeInner>,
+}
+
+impl Cluster {
+    /// Starts building a node.
+    pub fn builder() -> ClusterBuilder {
+        ClusterBuilder {
+            cluster_name: "shardline".into(),
+            node_name: None,
+            bind: "127.0.0.1:0".into(),
+            membership: None,
+            roles: Vec::new(),
+            app_version: "1".into(),
+            weight: 1,
+            proxy: false,
+            transport: None,
+            ownership_log: None,
+        }
+    }
+
+    /// This node.
+    pub fn node_id(&self) -> &NodeId {
+        &self.inner.me
+    }
+
+    /// Where it listens.
+    pub fn local_addr(&self) -> std::net::SocketAddr {
+        self.inner.addr
+    }
+
+    pub(crate) fn transport(&self) -> &Transport {
+        &self.inner.transport
+    }
+
+    pub(crate) fn pending(&self) -> &Pending {
+        &self.inner.pending
+    }
+
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.inner.clock.elapsed().as_millis() as u64
+    }
+
+    /// The membership as last seen.
+    pub fn view(&self) -> ClusterView {
+        self.inner.view.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Domain events of the coordinators running on this node.
+    pub fn events(&self) -> broadcast::Receiver<(TypeKey, DomainEvent)> {
+        self.inner.events.subscribe()
+    }
+
+    /// Resolves when this node was declared down or fenced, with the reason.
+    pub async fn downed(&self) -> String {
+        let mut rx = self.inner.down_rx.clone();
+        loop {
+            if let Some(r) = rx.borrow_and_update().clone() {
+                return r;
+            }
+            if rx.changed().await.is_err() {
+                return "node dropped".into();
+            }
+        }
+    }
+
+    pub(crate) fn publish(&self, type_key: &TypeKey, e: DomainEvent) {
+        info!(type_key = %type_key, event = ?e, "cluster event");
+        let _ = self.inner.events.send((type_key.clone(), e));
+    }
+
+    /// Whether this node may process messages now: its lease, where it has one, is valid.
+    pub(crate) fn may_host(&self) -> bool {
+        self.inner.lease.as_ref().is_none_or(|l| l.is_valid())
+    }
+
+    /// Fences this node if its lease ran out (a paused process wakes up here before its
+    /// provider notices). Must not be called with an engine or the coordinators locked.
+    pub(super) fn fence_if_lapsed(&self) {
+        if self.inner.lease.as_ref().is_some_and(|l| l.has_lapsed()) {
+            self.fence("lease ran out");
+        }
+    }
+
+    pub(crate) fn ownership_log(&self, type_key: &TypeKey, shard: ShardId, epoch: Epoch, start: bool) {
+        if let Some(log) = &self.inner.log {
+            let mut now = SystemTime::now();
+            // A shard stopped after the lease ran out (the process was paused) was idle since
+            // the lease's end: every message checks the lease before it is processed.
+            if let Some(until) =
+                self.inner.lease.as_ref().filter(|l| !start && l.has_lapsed()).and_then(|l| l.valid_until())
+            {
+                now -= until.elapsed();
+            }
+            let ms = now.duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+            let what = if start { "start" } else { "stop" };
+            // One write per line: appends from several processes to one file stay whole.
+            let line = format!("{ms} {} {type_key} {} {epoch} {what}\n", self.inner.me, shard.0);
+            let mut f = log.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = f.write_all(line.as_bytes());
+        }
+    }
+
+    /// Registers an entity type on this node and returns its handle.
+    pub async fn register<E: Entity>(&self, settings: EntitySettings) -> Result<EntityHandle<E>, ConfigError> {
+        if settings.shards == 0 {
+            return Err(ConfigError::Invalid { name: "shards", reason: "must be at least 1".into() });
+        }
+        if settings.type_key.is_empty() {
+            return Err(ConfigError::Invalid { name: "type_key", reason: "must not be empty".into() });
+        }
+        let key = TypeKey::new(&settings.type_key);
+        if self.inner.regions.read().unwrap_or_else(|e| e.into_inner()).contains_key(&key) {
+            return Err(ConfigError::DuplicateType(settings.type_key));
+        }
+        let region = Region::<E>::new(self.clone(), settings, self.inner.proxy);
+        self.inner.regions.write().unwrap_or_else(|e| e.into_inner()).insert(key, region.clone());
+        self.inner.typed.write().unwrap_or_else(|e| e.into_inner()).insert(TypeId::of::<E>(), region.clone());
+        let view = self.view();
+        self.apply_view(&view);
+        Ok(EntityHandle { region, _e: PhantomData })
+    }
+
+    /// Registers an event-sourced type: its entities keep their state in `settings`' journal
+    /// (required, except on a [proxy](ClusterBuilder::proxy), which hosts nothing), so it survives
+    /// moves and crashes alike.
+    pub async fn register_event_sourced<T: crate::entity::EventSourced>(
+        &self,
+        settings: EntitySettings,
+        es: crate::entity::EventSourcedSettings,
+    ) -> Result<crate::entity::EventSourcedHandle<T>, ConfigError> {
+        if settings.journal.is_none() && !self.inner.proxy {
+            return Err(ConfigError::Invalid {
+                name: "journal",
+                reason: format!("event-sourced type {} needs EntitySettings::journal", settings.type_key),
+            });
+        }
+        let mut settings = settings;
+        settings.persistence.event_sourced = es;
+        let inner = self.register::<crate::entity::Persistent<T>>(settings).await?;
+        Ok(crate::entity::EventSourcedHandle { inner, _t: PhantomData })
+    }
+
+    /// The handle of a registered type.
+    pub fn handle<E: Entity>(&self) -> Option<EntityHandle<E>> {
+        let any = self.inner.typed.read().unwrap_or_else(|e| e.into_inner()).get(&TypeId::of::<E>()).cloned()?;
+        any.downcast::<Region<E>>().ok().map(|region| EntityHandle { region, _e: PhantomData })
+    }
+
+    pub(super) fn regions(&self) -> Vec<Arc<dyn RegionDyn>> {
+        self.inner.regions.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+    }
+
+    pub(super) fn region(&self, key: &TypeKey) -> Option<Arc<dyn RegionDyn>> {
+        self.inner.regions.read().unwrap_or_else(|e| e.into_inner()).get(key).cloned()
+    }
+
+    /// Applies a membership view: addresses, fencing, coordinators, regions.
+    pub(super) fn apply_view(&self, v: &ClusterView) {
+        *self.inner.view.lock().unwrap_or_else(|e| e.into_inner()) = v.clone();
+        for (node, addr) in &v.addresses {
+            if v.is_fenced(node) {
+                self.inner.transport.forget(node);
+            } else {
+                self.inner.transport.set_address(node, *addr);
+            }
+        }
+        if v.view.get(&self.inner.me).is_some_and(|m| m.status == shardline_core::MemberStatus::Down) {
+            self.fence("declared down by the cluster");
+            return;
+        }
+        if self.inner.fenced.load(Ordering::Acquire) {
+            return;
+        }
+        let regions = self.regions();
+        {
+            let mut coords = self.inner.coordinators.lock().unwrap_or_else(|e| e.into_inner());
+            match &v.leader {
+                Some((leader, term)) if leader == &self.inner.me && !self.inner.proxy => {
+                    for r in &regions {
+                        let s = r.settings();
+                        let key = TypeKey::new(&s.type_key);
+                        match coords.get(&key) {
+                            Some(c) if c.term == *term => c.on_membership(&v.view),
+                            _ => {
+                                if let Some(old) = coords.remove(&key) {
+                                    old.stop();
+                                }
+                                let maps = self.inner.maps.clone();
+                                coords.insert(key, Coordinator::start(self.clone(), s, *term, &v.view, maps));
+                            }
+                        }
+                    }
+                }
+                _ => {
+                    for (_, c) in coords.drain() {
+                        c.stop();
+                    }
+                }
+            }
+        }
+        if let Some((leader, term)) = &v.leader {
+            for r in regions {
+                r.on_coordinator_changed(leader.clone(), *term);
+            }
+        }
+    }
+
+    /// This node lost its right to host: stop everything at once.
+    pub(super) fn fence(&self, why: &str) {
+        if self.inner.fenced.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        warn!(node = %self.inner.me, reason = why, "node fenced: stopping every shard");
+        for (_, c) in self.inner.coordinators.lock().unwrap_or_else(|e| e.into_inner()).drain() {
+            c.stop();
+        }
+        for r in self.regions() {
+            r.on_fenced();
+        }
+        let _ = self.inner.down_tx.send(Some(why.to_string()));
+    }
+
+    /// Graceful leave: hands every shard of this node off, then leaves the membership.
+    /// Messages sent meanwhile are not lost. Waits at most `timeout`.
+    pub async fn leave_within(&self, timeout: Duration) -> Result<(), Error> {
+        info!(node = %self.inner.me, "leaving the cluster");
+        self.inner.control.leave();
+        let deadline = Instant::now() + timeout;
+        let mut departure = Departure::new(LEADERLESS_LEAVE.as_millis() as u64);
+        loop {
+            let hosting: Vec<_> = self.regions().into_iter().filter(|r| !r.hosted().is_empty()).collect();
+            let step = departure.step(self.now_ms(), &self.view().view, &self.inner.me, !hosting.is_empty());
+            match step {
+                DepartureStep::Done => break,
+                _ if Instant::now() > deadline => return Err(Error::Timeout(timeout)),
+                DepartureStep::Wait => {}
+                DepartureStep::StopHere { reason, first } => {
+                    if first {
+                        warn!(
+                            node = %self.inner.me,
+                            reason = reason.as_str(),
+                            "leaving without hand-off: stopping this node's shards here"
+                        );
+                    }
+                    for r in hosting {
+                        r.stop_all();
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if departure.stopped_alone() {
+            // Messages for this node's shards that arrived while they stopped have nowhere to go.
+            for r in self.regions() {
+                r.fail_buffered("the node left and no other member could take its shards");
+            }
+        }
+        for r in self.regions() {
+            r.flush_all();
+        }
+        while !self.regions().iter().all(|r| r.is_settled()) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.inner.control.exit();
+        // Let the last gossip carry the exit out.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        for r in self.regions() {
+            r.fail_buffered("node left the cluster");
+            // Refuse what callers still send here, as not processed, instead of buffering it.
+            r.on_fenced();
+        }
+        for (_, c) in self.inner.coordinators.lock().unwrap_or_else(|e| e.into_inner()).drain() {
+            c.stop();
+        }
+        self.inner.transport.shutdown();
+        info!(node = %self.inner.me, "left the cluster");
+        Ok(())
+    }
+
+    /// [`leave_within`](Self::leave_within) with a 60 s limit.
+    pub async fn leave(&self) -> Result<(), Error> {
+        self.leave_within(Duration::from_secs(60)).await
+    }
+
+    /// Stops this node abruptly (its peers see it as crashed: no goodbye, its lease just lapses).
+    /// For tests.
+    pub fn crash(&self) {
+        self.inner.control.halt();
+        self.fence("crashed on purpose");
+        self.inner.transport.shutdown();
+    }
+
+    /// Shards each owner hosts, as the coordinator running on this node knows them (empty when
+    /// this node does not lead).
+    pub fn shard_counts(&self, type_key: &str) -> HashMap<NodeId, usize> {
+        let c = self.inner.coordinators.lock().unwrap_or_else(|e| e.into_inner()).get(&TypeKey::new(type_key)).cloned();
+        c.and_then(|c| c.map())
+            .map(|m| m.counts().into_iter().map(|(k, v)| (k.clone(), v)).collect())
+            .unwrap_or_default()
+    }
+}
