@@ -17,10 +17,9 @@
 //! that cannot be reached is handed back to its sender unsent.
 
 mod ledger;
+mod parallel;
 mod rng;
 mod world;
-
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use world::{Params, World};
 
@@ -48,39 +47,19 @@ struct Batch {
 
 /// Runs `count` schedules from `first_seed` on two threads.
 fn run_many(first_seed: u64, count: u64, tweak: fn(&mut Params)) -> Batch {
-    let next = AtomicU64::new(0);
-    let messages = AtomicUsize::new(0);
-    let deposed = AtomicU64::new(0);
-    let unreachable = AtomicU64::new(0);
-    let failures = std::sync::Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..2 {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= count {
-                    break;
-                }
-                let seed = first_seed + i;
-                let mut p = Params::random(seed);
-                tweak(&mut p);
-                let (v, _, sent, _, d, u) = run_one(p, false);
-                messages.fetch_add(sent, Ordering::Relaxed);
-                deposed.fetch_add(d, Ordering::Relaxed);
-                unreachable.fetch_add(u, Ordering::Relaxed);
-                if let Some(first) = v.into_iter().next() {
-                    failures.lock().unwrap_or_else(|e| e.into_inner()).push((seed, first));
-                }
-            });
-        }
-    });
-    let mut f = failures.into_inner().unwrap_or_else(|e| e.into_inner());
-    f.sort();
-    Batch {
-        failures: f,
-        messages: messages.into_inner(),
-        deposed: deposed.into_inner(),
-        unreachable: unreachable.into_inner(),
-    }
+    let run = |seed| {
+        let mut p = Params::random(seed);
+        tweak(&mut p);
+        let (v, _, sent, _, d, u) = run_one(p, false);
+        (v, (sent, d, u))
+    };
+    let add = |t: &mut (usize, u64, u64), c: (usize, u64, u64)| {
+        t.0 += c.0;
+        t.1 += c.1;
+        t.2 += c.2;
+    };
+    let (failures, (messages, deposed, unreachable)) = parallel::run_seeds(first_seed, count, run, add);
+    Batch { failures, messages, deposed, unreachable }
 }
 
 #[test]

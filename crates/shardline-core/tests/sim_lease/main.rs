@@ -12,6 +12,8 @@
 //!
 //! [`LeaseEngine`]: shardline_core::lease::LeaseEngine
 
+#[path = "../sim/parallel.rs"]
+mod parallel;
 #[allow(dead_code)] // shared with the sharding simulation, which uses all of it
 #[path = "../sim/rng.rs"]
 mod rng;
@@ -19,7 +21,6 @@ mod store;
 mod world;
 
 use std::hash::Hasher;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use world::{Params, World};
 
@@ -38,30 +39,13 @@ fn run_one(p: Params, verbose: bool) -> (Vec<String>, u64, u64, u64) {
 /// Runs `count` schedules from `first_seed` on two threads: failures (seed, first violation) and
 /// self-fencings.
 fn run_many(first_seed: u64, count: u64, tweak: fn(&mut Params)) -> (Vec<(u64, String)>, u64) {
-    let next = AtomicU64::new(0);
-    let fenced = AtomicU64::new(0);
-    let failures = std::sync::Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..2 {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= count {
-                    break;
-                }
-                let seed = first_seed + i;
-                let mut p = Params::random(seed);
-                tweak(&mut p);
-                let (v, _, _, f) = run_one(p, false);
-                fenced.fetch_add(f, Ordering::Relaxed);
-                if let Some(first) = v.into_iter().next() {
-                    failures.lock().unwrap_or_else(|e| e.into_inner()).push((seed, first));
-                }
-            });
-        }
-    });
-    let mut f = failures.into_inner().unwrap_or_else(|e| e.into_inner());
-    f.sort();
-    (f, fenced.into_inner())
+    let run = |seed| {
+        let mut p = Params::random(seed);
+        tweak(&mut p);
+        let (v, _, _, fenced) = run_one(p, false);
+        (v, fenced)
+    };
+    parallel::run_seeds(first_seed, count, run, |t: &mut u64, c| *t += c)
 }
 
 #[test]
