@@ -12,12 +12,13 @@ use shardline_core::{
     AllocationStrategy, ConsistentHash, CoordinatorCommand, CoordinatorConfig, CoordinatorEngine, LeastShards,
     MembershipView, NodeId, Ranges, RoundLimit, ShardMap, Term, ToCoordinator, TypeKey, VersionAware,
 };
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::cluster::Cluster;
 use crate::entity::{EntitySettings, StrategyKind};
 use crate::membership::lease::{MapStoreError, ShardMaps};
+use crate::sharding::wakeup::{self, Timed, Wakeup};
 use crate::transport::Frame;
 
 pub(crate) struct Coordinator {
@@ -25,7 +26,7 @@ pub(crate) struct Coordinator {
     pub term: Term,
     engine: Mutex<Slot>,
     cluster: Cluster,
-    wake: Arc<Notify>,
+    wakeup: Wakeup,
     stopped: AtomicBool,
     /// The newest map to store (providers with a store); a writer task stores it.
     persist: Option<watch::Sender<Option<ShardMap>>>,
@@ -34,8 +35,8 @@ pub(crate) struct Coordinator {
 enum Slot {
     /// Reading the stored map; the latest membership view waits here.
     Loading { view: MembershipView, config: CoordinatorConfig, strategy: Box<dyn AllocationStrategy> },
-    /// Running, with the time the timer task was last asked to wake at.
-    Running { engine: Box<CoordinatorEngine>, wake_at: Option<u64> },
+    /// Running.
+    Running { engine: Box<CoordinatorEngine> },
     /// Could not start.
     Failed,
 }
@@ -81,7 +82,7 @@ impl Coordinator {
                 strategy: strategy(&settings.strategy, settings.rebalance_limit),
             }),
             cluster,
-            wake: Arc::new(Notify::new()),
+            wakeup: Wakeup::default(),
             stopped: AtomicBool::new(false),
             persist,
         });
@@ -108,7 +109,7 @@ impl Coordinator {
             let now = self.cluster.now_ms();
             match CoordinatorEngine::new(config, self.cluster.node_id().clone(), self.term, strategy, view, stored, now)
             {
-                Ok(engine) => *slot = Slot::Running { engine: Box::new(engine), wake_at: None },
+                Ok(engine) => *slot = Slot::Running { engine: Box::new(engine) },
                 Err(e) => {
                     warn!(type_key = %self.type_key, error = %e, "cannot start coordinator");
                     return;
@@ -117,7 +118,7 @@ impl Coordinator {
         }
         info!(type_key = %self.type_key, term = self.term, "coordinator started");
         self.input(|_, _| {});
-        tokio::spawn(timer(Arc::downgrade(self)));
+        tokio::spawn(wakeup::run(Arc::downgrade(self)));
     }
 
     fn input(&self, f: impl FnOnce(&mut CoordinatorEngine, u64)) {
@@ -128,7 +129,7 @@ impl Coordinator {
         }
         let now = self.cluster.now_ms();
         let mut slot = self.engine.lock().unwrap_or_else(|e| e.into_inner());
-        let Slot::Running { engine, wake_at } = &mut *slot else { return };
+        let Slot::Running { engine } = &mut *slot else { return };
         f(engine, now);
         let term = engine.term();
         let cmds: Vec<CoordinatorCommand> = engine.drain_commands().collect();
@@ -150,11 +151,7 @@ impl Coordinator {
                 }
             }
         }
-        let next = engine.poll_timeout();
-        if next.is_some_and(|t| wake_at.is_none_or(|cur| t < cur)) {
-            *wake_at = next;
-            self.wake.notify_one();
-        }
+        self.wakeup.request(engine.poll_timeout());
     }
 
     pub fn on_frame(&self, from: &NodeId, msg: ToCoordinator) {
@@ -180,55 +177,38 @@ impl Coordinator {
     fn deposed(&self, by: Term) {
         self.input(|e, now| e.handle_map_write_refused(now, by));
         self.stopped.store(true, Ordering::Release);
-        self.wake.notify_one();
+        self.wakeup.poke();
     }
 
     pub fn stop(&self) {
         self.input(|e, now| e.handle_leadership_lost(now));
         self.stopped.store(true, Ordering::Release);
-        self.wake.notify_one();
+        self.wakeup.poke();
         info!(type_key = %self.type_key, term = self.term, "coordinator stopped");
     }
 
     /// Shards per owner, as this coordinator knows them.
     pub fn map(&self) -> Option<ShardMap> {
         match &*self.engine.lock().unwrap_or_else(|e| e.into_inner()) {
-            Slot::Running { engine, .. } => Some(engine.shard_map().clone()),
+            Slot::Running { engine } => Some(engine.shard_map().clone()),
             _ => None,
         }
     }
 }
 
-async fn timer(c: Weak<Coordinator>) {
-    loop {
-        let Some(co) = c.upgrade() else { return };
-        if co.stopped.load(Ordering::Acquire) {
-            return;
-        }
-        let at = match &*co.engine.lock().unwrap_or_else(|e| e.into_inner()) {
-            Slot::Running { wake_at, .. } => *wake_at,
-            _ => return,
-        };
-        let now = co.cluster.now_ms();
-        let sleep = match at {
-            Some(t) if t <= now => Duration::ZERO,
-            Some(t) => Duration::from_millis(t - now),
-            None => Duration::from_secs(1),
-        };
-        if !sleep.is_zero() {
-            let wake = co.wake.clone();
-            drop(co);
-            let notified = wake.notified();
-            tokio::select! {
-                _ = tokio::time::sleep(sleep) => {}
-                _ = notified => continue,
-            }
-        }
-        let Some(co) = c.upgrade() else { return };
-        if let Slot::Running { wake_at, .. } = &mut *co.engine.lock().unwrap_or_else(|e| e.into_inner()) {
-            *wake_at = None;
-        }
-        co.input(|e, now| e.handle_timeout(now));
+impl Timed for Coordinator {
+    fn wakeup(&self) -> &Wakeup {
+        &self.wakeup
+    }
+    fn now_ms(&self) -> u64 {
+        self.cluster.now_ms()
+    }
+    fn stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+            || !matches!(&*self.engine.lock().unwrap_or_else(|e| e.into_inner()), Slot::Running { .. })
+    }
+    fn fire(self: &Arc<Self>) {
+        self.input(|e, now| e.handle_timeout(now));
     }
 }
 

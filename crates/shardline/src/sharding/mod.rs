@@ -5,3 +5,4 @@ pub(crate) mod coordinator;
 pub(crate) mod envelope;
 pub(crate) mod pending;
 pub(crate) mod region;
+pub(crate) mod wakeup;

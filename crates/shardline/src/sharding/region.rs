@@ -9,7 +9,6 @@ use shardline_core::{
     Epoch, NodeId, RegionCommand, RegionConfig, RegionEngine, RegionMessage, RejectReason, ShardId, Term, ToRegion,
     TypeKey,
 };
-use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
 use super::envelope::{Body, Envelope, ReplyAddr, WireEnvelope};
@@ -17,6 +16,7 @@ use crate::cluster::Cluster;
 use crate::entity::host::{fail, HostEnv, ShardHost};
 use crate::entity::{Entity, EntitySettings, ShardClaim};
 use crate::error::Error;
+use crate::sharding::wakeup::{self, Timed, Wakeup};
 use crate::transport::{Frame, SendError};
 
 struct State<E: Entity> {
@@ -24,7 +24,6 @@ struct State<E: Entity> {
     hosts: HashMap<ShardId, Arc<ShardHost<E>>>,
     /// A `tell` refused while the lock was held (reported to its caller).
     refused: Option<Error>,
-    timer_at: Option<u64>,
 }
 
 pub(crate) struct Region<E: Entity> {
@@ -33,8 +32,7 @@ pub(crate) struct Region<E: Entity> {
     cluster: Cluster,
     env: Arc<HostEnv>,
     state: Mutex<State<E>>,
-    wake: Arc<Notify>,
-    clock: Instant,
+    wakeup: Wakeup,
 }
 
 /// What the node needs from a region of any type.
@@ -78,16 +76,10 @@ impl<E: Entity> Region<E> {
             settings,
             cluster,
             env,
-            state: Mutex::new(State {
-                engine: RegionEngine::new(rc, me),
-                hosts: HashMap::new(),
-                refused: None,
-                timer_at: None,
-            }),
-            wake: Arc::new(Notify::new()),
-            clock: Instant::now(),
+            state: Mutex::new(State { engine: RegionEngine::new(rc, me), hosts: HashMap::new(), refused: None }),
+            wakeup: Wakeup::default(),
         });
-        tokio::spawn(timer(Arc::downgrade(&region)));
+        tokio::spawn(wakeup::run(Arc::downgrade(&region)));
         if let Some(after) = region.settings.passivate_after {
             tokio::spawn(passivation(Arc::downgrade(&region), after));
         }
@@ -95,7 +87,7 @@ impl<E: Entity> Region<E> {
     }
 
     fn now(&self) -> u64 {
-        self.clock.elapsed().as_millis() as u64
+        self.cluster.now_ms()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State<E>> {
@@ -109,11 +101,7 @@ impl<E: Entity> Region<E> {
         st.refused = None;
         f(&mut st.engine, now);
         self.run_commands(&mut st, now);
-        let next = st.engine.poll_timeout();
-        if next.is_some_and(|t| st.timer_at.is_none_or(|cur| t < cur)) {
-            st.timer_at = next;
-            self.wake.notify_one();
-        }
+        self.wakeup.request(st.engine.poll_timeout());
         st.refused.take()
     }
 
@@ -347,28 +335,18 @@ async fn claim_and_restart<E: Entity>(
     debug!(shard = %host.shard, restarted = n, "remembered entities restarted");
 }
 
-async fn timer<E: Entity>(region: std::sync::Weak<Region<E>>) {
-    loop {
-        let Some(r) = region.upgrade() else { return };
-        let wake = r.lock().timer_at;
-        let now = r.now();
-        let sleep = match wake {
-            Some(t) if t <= now => Duration::ZERO,
-            Some(t) => Duration::from_millis(t - now),
-            None => Duration::from_secs(1),
-        };
-        if !sleep.is_zero() {
-            let wake = r.wake.clone();
-            drop(r);
-            let notified = wake.notified();
-            tokio::select! {
-                _ = tokio::time::sleep(sleep) => {}
-                _ = notified => continue,
-            }
-        }
-        let Some(r) = region.upgrade() else { return };
-        r.lock().timer_at = None;
-        r.input(|e, now| e.handle_timeout(now));
+impl<E: Entity> Timed for Region<E> {
+    fn wakeup(&self) -> &Wakeup {
+        &self.wakeup
+    }
+    fn now_ms(&self) -> u64 {
+        self.now()
+    }
+    fn stopped(&self) -> bool {
+        false
+    }
+    fn fire(self: &Arc<Self>) {
+        self.input(|e, now| e.handle_timeout(now));
     }
 }
 
