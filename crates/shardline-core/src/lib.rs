@@ -17,7 +17,7 @@
 //! | where shards live | [`ShardMap`], [`ShardHome`], [`Epoch`] |
 //! | where shards should live | [`AllocationStrategy`]: [`LeastShards`], [`VersionAware`], [`ConsistentHash`], [`Ranges`], [`External`] |
 //! | moving shards | [`CoordinatorEngine`] (on the leader), [`RegionEngine`] (on every node), [`Departure`] (a graceful leave) |
-//! | who is alive | [`PhiAccrualDetector`], [`lease::LeaseEngine`] (membership on a coordination store) |
+//! | who is alive | [`PhiAccrualDetector`], [`lease::LeaseEngine`] (membership on a coordination store), [`gossip::GossipEngine`] (SWIM) |
 //! | who survives a partition | [`SplitBrainPolicy`] |
 //! | what happened | [`DomainEvent`], [`ClusterReadModel`] |
 //!
@@ -36,6 +36,7 @@ pub mod coordinator;
 pub mod departure;
 pub mod events;
 pub mod failure_detector;
+pub mod gossip;
 pub mod id;
 pub mod lease;
 pub mod membership;

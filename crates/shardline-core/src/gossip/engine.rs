@@ -1,0 +1,403 @@
+//! The engine: foca's SWIM driven with time as an argument, its notifications and the status
+//! broadcasts turned into a [`MembershipView`] with a leader and its term.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::num::{NonZeroU8, NonZeroUsize};
+use std::time::Duration;
+
+use foca::{AccumulatingRuntime, Foca, Member, OwnedNotification, PostcardCodec, Timer};
+
+use super::identity::GossipId;
+use super::rng::SeededRng;
+use super::status::{StatusBroadcasts, StatusItem, Statuses};
+use crate::id::NodeId;
+use crate::membership::{Member as ViewMember, MemberStatus, MembershipView, PROXY_ROLE};
+use crate::shard_map::Term;
+
+/// Settings of gossip membership (milliseconds).
+#[derive(Clone, Debug)]
+pub struct GossipConfig {
+    /// How often a random member is probed (SWIM's protocol period).
+    pub probe_period_ms: u64,
+    /// How long a probe waits for its answer before asking others to probe indirectly.
+    pub probe_rtt_ms: u64,
+    /// How long a suspected member has to refute before it is down.
+    pub suspect_to_down_ms: u64,
+    /// How long a down member stays in the view (its tombstone).
+    pub remove_down_after_ms: u64,
+    /// How often members gossip updates to a few others.
+    pub gossip_every_ms: u64,
+    /// How often this node announces itself to seeds and down members (joining, and merging
+    /// after a partition heals).
+    pub announce_every_ms: u64,
+    /// How often this node repeats its status, so that members who joined since learn it.
+    pub status_every_ms: u64,
+    /// Terms start above this (a cluster restarted on a journal whose fences reached it).
+    pub term_floor: Term,
+}
+
+impl Default for GossipConfig {
+    fn default() -> Self {
+        GossipConfig {
+            probe_period_ms: 1_000,
+            probe_rtt_ms: 500,
+            suspect_to_down_ms: 4_000,
+            remove_down_after_ms: 60_000,
+            gossip_every_ms: 200,
+            announce_every_ms: 2_000,
+            status_every_ms: 1_000,
+            term_floor: 0,
+        }
+    }
+}
+
+/// The membership a gossip engine publishes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GossipView {
+    /// Members, their status and reachability; the leader is set in it too.
+    pub view: MembershipView,
+    /// Who leads, and in which term.
+    pub leader: Option<(NodeId, Term)>,
+    /// Members' listen addresses.
+    pub addresses: BTreeMap<NodeId, String>,
+}
+
+/// Something the runtime should log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GossipEvent {
+    /// A member answered: this node is part of the cluster.
+    Joined,
+    /// This node leads, in `term`.
+    Leads {
+        /// The term.
+        term: Term,
+    },
+    /// A member was declared down.
+    MemberDown {
+        /// The member.
+        node: NodeId,
+    },
+    /// This node was declared down by the others: it must stop its shards and come back as a
+    /// new incarnation.
+    DeclaredDown,
+    /// Data from the network that cannot be read (dropped; nothing else happens).
+    BadData {
+        /// Why.
+        error: String,
+    },
+}
+
+/// What the engine asks its runtime to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GossipCommand {
+    /// Send `data` to the member `to` (at `to.addr`), to be handed to its engine's
+    /// [`GossipEngine::handle_data`].
+    Send {
+        /// The member.
+        to: GossipId,
+        /// The message.
+        data: Vec<u8>,
+    },
+    /// The membership changed.
+    Publish(GossipView),
+    /// Log this.
+    Log(GossipEvent),
+}
+
+/// Gossip membership of one node: SWIM (foca) for who is alive, status broadcasts for what each
+/// member is doing, the oldest `Up` reachable member as leader.
+pub struct GossipEngine {
+    config: GossipConfig,
+    foca: Foca<GossipId, PostcardCodec, SeededRng, StatusBroadcasts>,
+    runtime: AccumulatingRuntime<GossipId>,
+    statuses: Statuses,
+    me: GossipId,
+    node: NodeId,
+    status: MemberStatus,
+    version: u64,
+    term: Term,
+    seeds: Vec<GossipId>,
+    timers: BTreeMap<(u64, u64), Timer<GossipId>>,
+    next_timer: u64,
+    /// Members declared down, with when, until their tombstone expires.
+    down: BTreeMap<NodeId, (GossipId, u64)>,
+    declared_down: bool,
+    status_at: u64,
+    announce_at: u64,
+    commands: VecDeque<GossipCommand>,
+    published: Option<GossipView>,
+}
+
+impl std::fmt::Debug for GossipEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GossipEngine").field("node", &self.node).field("status", &self.status).finish()
+    }
+}
+
+impl GossipEngine {
+    /// The engine of `me` (whose `node` must be set), joining through `seeds` (addresses; none:
+    /// it starts a cluster, or waits to be found), with randomness from `seed`.
+    pub fn new(config: GossipConfig, me: GossipId, seeds: &[String], now: u64, seed: u64) -> Option<Self> {
+        let node = me.node.clone()?;
+        let ms = Duration::from_millis;
+        let mut fc = foca::Config::simple();
+        fc.probe_period = ms(config.probe_period_ms);
+        fc.probe_rtt = ms(config.probe_rtt_ms);
+        fc.suspect_to_down_after = ms(config.suspect_to_down_ms);
+        fc.remove_down_after = Some(ms(config.remove_down_after_ms));
+        fc.max_transmissions = NonZeroU8::new(6)?;
+        fc.max_packet_size = NonZeroUsize::new(64 * 1024)?;
+        fc.notify_down_members = true;
+        fc.periodic_gossip =
+            Some(foca::PeriodicParams { frequency: ms(config.gossip_every_ms), num_members: NonZeroUsize::new(3)? });
+        fc.periodic_announce_to_down_members =
+            Some(foca::PeriodicParams { frequency: ms(config.announce_every_ms), num_members: NonZeroUsize::new(2)? });
+        let statuses = Statuses::default();
+        let foca = Foca::with_custom_broadcast(
+            me.clone(),
+            fc,
+            SeededRng::new(seed),
+            PostcardCodec,
+            StatusBroadcasts(statuses.clone()),
+        );
+        let seeds: Vec<GossipId> = seeds.iter().filter(|a| **a != me.addr).map(GossipId::seed).collect();
+        let mut e = GossipEngine {
+            config,
+            foca,
+            runtime: AccumulatingRuntime::new(),
+            statuses,
+            me,
+            node,
+            status: MemberStatus::Up,
+            version: 0,
+            term: 0,
+            seeds,
+            timers: BTreeMap::new(),
+            next_timer: 0,
+            down: BTreeMap::new(),
+            declared_down: false,
+            status_at: now,
+            announce_at: now,
+            commands: VecDeque::new(),
+            published: None,
+        };
+        // Seeds are known as down placeholders: foca announces to down members periodically,
+        // which is how this node joins, and how split sides find each other again.
+        let placeholders = e.seeds.iter().cloned().map(Member::down).collect::<Vec<_>>();
+        if let Err(error) = e.foca.apply_many(placeholders.into_iter(), false, &mut e.runtime) {
+            e.log(GossipEvent::BadData { error: error.to_string() });
+        }
+        e.handle_timeout(now);
+        Some(e)
+    }
+
+    /// The next command to carry out.
+    pub fn poll_command(&mut self) -> Option<GossipCommand> {
+        self.commands.pop_front()
+    }
+
+    /// Every command waiting, in order.
+    pub fn drain_commands(&mut self) -> impl Iterator<Item = GossipCommand> + '_ {
+        self.commands.drain(..)
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must be called next.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let timer = self.timers.keys().next().map(|(at, _)| *at);
+        [timer, Some(self.status_at), Some(self.announce_at)].into_iter().flatten().min()
+    }
+
+    /// Data from a peer (a frame of the gossip protocol).
+    pub fn handle_data(&mut self, now: u64, data: &[u8]) {
+        if let Err(error) = self.foca.handle_data(data, &mut self.runtime) {
+            self.log(GossipEvent::BadData { error: error.to_string() });
+        }
+        self.after(now);
+    }
+
+    /// Time passed.
+    pub fn handle_timeout(&mut self, now: u64) {
+        while let Some(entry) = self.timers.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let timer = entry.remove();
+            if let Err(error) = self.foca.handle_timer(timer, &mut self.runtime) {
+                self.log(GossipEvent::BadData { error: error.to_string() });
+            }
+        }
+        if now >= self.announce_at {
+            self.announce_at = now + self.config.announce_every_ms;
+            // Until a member answers, announce to the seeds directly.
+            if self.foca.num_members() == 0 {
+                for seed in self.seeds.clone() {
+                    let _ = self.foca.announce(seed, &mut self.runtime);
+                }
+            }
+        }
+        if now >= self.status_at {
+            self.broadcast_status(now);
+        }
+        self.after(now);
+    }
+
+    /// This node leaves gracefully: it says `Leaving` from now on.
+    pub fn handle_leave(&mut self, now: u64) {
+        if self.status == MemberStatus::Up || self.status == MemberStatus::Joining {
+            self.status = MemberStatus::Leaving;
+            self.broadcast_status(now);
+            self.after(now);
+        }
+    }
+
+    /// This node has handed everything off: it says `Removed` and leaves the cluster.
+    pub fn handle_exit(&mut self, now: u64) {
+        self.status = MemberStatus::Removed;
+        self.broadcast_status(now);
+        let _ = self.foca.leave_cluster(&mut self.runtime);
+        self.after(now);
+    }
+
+    fn log(&mut self, event: GossipEvent) {
+        self.commands.push_back(GossipCommand::Log(event));
+    }
+
+    fn broadcast_status(&mut self, now: u64) {
+        self.status_at = now + self.config.status_every_ms;
+        self.version += 1;
+        let item =
+            StatusItem { node: self.node.clone(), version: self.version, status: self.status, leader_term: self.term };
+        match postcard::to_allocvec(&item) {
+            Ok(data) => {
+                if let Err(error) = self.foca.add_broadcast(&data) {
+                    self.log(GossipEvent::BadData { error: error.to_string() });
+                }
+            }
+            Err(e) => self.log(GossipEvent::BadData { error: e.to_string() }),
+        }
+    }
+
+    /// Carries out what foca asked for, decides leadership, publishes the view.
+    fn after(&mut self, now: u64) {
+        while let Some((to, data)) = self.runtime.to_send() {
+            self.commands.push_back(GossipCommand::Send { to, data: data.to_vec() });
+        }
+        while let Some((after, timer)) = self.runtime.to_schedule() {
+            self.next_timer += 1;
+            let at = now + after.as_millis().min(u128::from(u64::MAX)) as u64;
+            self.timers.insert((at, self.next_timer), timer);
+        }
+        while let Some(n) = self.runtime.to_notify() {
+            self.notified(now, n);
+        }
+        let remove_after = self.config.remove_down_after_ms;
+        self.down.retain(|_, (_, since)| now.saturating_sub(*since) < remove_after);
+        self.lead(now);
+        let view = self.view();
+        if self.published.as_ref() != Some(&view) {
+            self.published = Some(view.clone());
+            self.commands.push_back(GossipCommand::Publish(view));
+        }
+    }
+
+    fn notified(&mut self, now: u64, n: OwnedNotification<GossipId>) {
+        match n {
+            OwnedNotification::MemberUp(id) => {
+                if let Some(node) = &id.node {
+                    self.down.remove(node);
+                }
+            }
+            OwnedNotification::MemberDown(id) => self.declare_down(now, id),
+            // A newer incarnation at the address: the older one is gone.
+            OwnedNotification::Rename(old, new) if old.node != new.node => self.declare_down(now, old),
+            OwnedNotification::Active => self.log(GossipEvent::Joined),
+            OwnedNotification::Defunct if !self.declared_down => {
+                self.declared_down = true;
+                self.log(GossipEvent::DeclaredDown);
+            }
+            _ => {}
+        }
+    }
+
+    fn declare_down(&mut self, now: u64, id: GossipId) {
+        if let Some(node) = id.node.clone() {
+            if !self.down.contains_key(&node) {
+                self.log(GossipEvent::MemberDown { node: node.clone() });
+            }
+            self.down.insert(node, (id, now));
+        }
+    }
+
+    /// Takes (or gives up) leadership: the oldest `Up` reachable member leads, with a term
+    /// above every term this node has heard of.
+    fn lead(&mut self, now: u64) {
+        let leader = oldest_reachable_up(&self.view_without_leader().0);
+        let leads = leader.as_ref() == Some(&self.node) && !self.declared_down;
+        if leads && self.term == 0 {
+            let heard = self.statuses.lock().unwrap_or_else(|e| e.into_inner()).values().map(|s| s.leader_term).max();
+            self.term = heard.unwrap_or(0).max(self.config.term_floor) + 1;
+            let term = self.term;
+            self.log(GossipEvent::Leads { term });
+            self.broadcast_status(now);
+        } else if !leads && self.term != 0 {
+            self.term = 0;
+            self.broadcast_status(now);
+        }
+    }
+
+    fn view_without_leader(&self) -> (MembershipView, BTreeMap<NodeId, String>) {
+        let statuses = self.statuses.lock().unwrap_or_else(|e| e.into_inner());
+        let mut view = MembershipView::new();
+        let mut addresses = BTreeMap::new();
+        let mut add = |id: &GossipId, status: MemberStatus, reachable: bool| {
+            let Some(node) = id.node.clone() else { return };
+            let mut m = ViewMember::new(node.clone(), node.incarnation)
+                .with_status(status)
+                .with_version(&id.app_version)
+                .with_weight(id.weight);
+            for r in &id.roles {
+                m = m.with_role(r.clone());
+            }
+            if view.add(m).is_ok() {
+                addresses.insert(node.clone(), id.addr.clone());
+                let _ = view.set_reachable(&node, reachable);
+            }
+        };
+        let me = if self.declared_down { MemberStatus::Down } else { self.status };
+        add(&self.me, me, true);
+        for m in self.foca.iter_members() {
+            let id = m.id();
+            let Some(node) = &id.node else { continue };
+            // Not heard of its status yet: joining.
+            let status = statuses.get(node).map_or(MemberStatus::Joining, |s| s.status);
+            add(id, status, m.state() == foca::State::Alive);
+        }
+        for (id, _) in self.down.values() {
+            add(id, MemberStatus::Down, false);
+        }
+        (view, addresses)
+    }
+
+    /// The membership as this node sees it.
+    pub fn view(&self) -> GossipView {
+        let (mut view, addresses) = self.view_without_leader();
+        let leader = oldest_reachable_up(&view);
+        let term = match &leader {
+            Some(l) if *l == self.node => Some(self.term),
+            Some(l) => self.statuses.lock().unwrap_or_else(|e| e.into_inner()).get(l).map(|s| s.leader_term),
+            None => None,
+        };
+        // A leader is published once its term is known (it announces it in its status).
+        let leader = leader.zip(term).filter(|(_, t)| *t > 0);
+        let _ = view.set_leader(leader.as_ref().map(|(l, _)| l.clone()));
+        GossipView { view, leader, addresses }
+    }
+}
+
+/// The oldest `Up` reachable member that may lead (proxies never do).
+fn oldest_reachable_up(view: &MembershipView) -> Option<NodeId> {
+    view.members()
+        .filter(|m| m.status == MemberStatus::Up && !m.roles.contains(PROXY_ROLE) && view.is_reachable(&m.node))
+        .min_by(|a, b| (a.node.incarnation, &a.node).cmp(&(b.node.incarnation, &b.node)))
+        .map(|m| m.node.clone())
+}

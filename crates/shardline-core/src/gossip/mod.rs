@@ -1,0 +1,26 @@
+//! Gossip membership decided in the core: [`GossipEngine`] runs SWIM (the `foca` crate:
+//! runtime- and transport-agnostic, timers as durations, randomness supplied) with time as an
+//! argument, and turns it into a [`MembershipView`](crate::MembershipView).
+//!
+//! - **Who is alive** is SWIM's: members probe each other; a member that does not answer, even
+//!   through others, is suspected (unreachable in the view) and, unless it refutes in time,
+//!   declared down. A node declared down learns it and must come back as a new incarnation.
+//! - **What each member does** (its status, the term it leads in) travels as status broadcasts:
+//!   each member numbers its own, a newer one replaces an older one, and each member repeats its
+//!   own now and then so that members who joined since learn it. A member whose status is not
+//!   known yet is `Joining`.
+//! - **Joining** goes through seeds, known by address only: they are kept as down placeholders,
+//!   which foca announces to periodically until the real member at that address answers. The
+//!   same announces let the sides of a healed partition find each other again.
+//! - **The leader** is the oldest `Up` reachable member (proxies excluded); it takes a term above
+//!   every term it has heard of and announces it in its status. A view names a leader only once
+//!   its term is known.
+
+mod engine;
+mod identity;
+mod rng;
+mod status;
+
+pub use engine::{GossipCommand, GossipConfig, GossipEngine, GossipEvent, GossipView};
+pub use identity::GossipId;
+pub use status::StatusError;
