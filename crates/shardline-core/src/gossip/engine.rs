@@ -34,6 +34,9 @@ pub struct GossipConfig {
     pub status_every_ms: u64,
     /// Terms start above this (a cluster restarted on a journal whose fences reached it).
     pub term_floor: Term,
+    /// How long the first seed tries the other seeds before it starts a cluster alone (a
+    /// restarted first seed must rejoin, not start a second cluster).
+    pub bootstrap_grace_ms: u64,
 }
 
 impl Default for GossipConfig {
@@ -47,6 +50,7 @@ impl Default for GossipConfig {
             announce_every_ms: 2_000,
             status_every_ms: 1_000,
             term_floor: 0,
+            bootstrap_grace_ms: 1_500,
         }
     }
 }
@@ -116,6 +120,13 @@ pub struct GossipEngine {
     status: MemberStatus,
     version: u64,
     term: Term,
+    /// The largest term heard of (in any status, or taken here).
+    max_term: Term,
+    /// When this node may start a cluster alone (None: it must join one).
+    bootstrap_at: Option<u64>,
+    /// Part of a formed cluster: it started one, or heard of a leader's term or of a member that
+    /// is.
+    formed: bool,
     seeds: Vec<GossipId>,
     timers: BTreeMap<(u64, u64), Timer<GossipId>>,
     next_timer: u64,
@@ -160,6 +171,11 @@ impl GossipEngine {
             PostcardCodec,
             StatusBroadcasts(statuses.clone()),
         );
+        // Only the first seed may start a cluster, after trying the others for a moment; with no
+        // other seed it starts at once, so that a single node works without waiting.
+        let others = seeds.iter().filter(|a| **a != me.addr).count();
+        let bootstrap_at = (seeds.is_empty() || seeds.first() == Some(&me.addr))
+            .then(|| now + if others == 0 { 0 } else { config.bootstrap_grace_ms });
         let seeds: Vec<GossipId> = seeds.iter().filter(|a| **a != me.addr).map(GossipId::seed).collect();
         let mut e = GossipEngine {
             config,
@@ -171,6 +187,9 @@ impl GossipEngine {
             status: MemberStatus::Up,
             version: 0,
             term: 0,
+            max_term: 0,
+            bootstrap_at,
+            formed: false,
             seeds,
             timers: BTreeMap::new(),
             next_timer: 0,
@@ -265,8 +284,14 @@ impl GossipEngine {
     fn broadcast_status(&mut self, now: u64) {
         self.status_at = now + self.config.status_every_ms;
         self.version += 1;
-        let item =
-            StatusItem { node: self.node.clone(), version: self.version, status: self.status, leader_term: self.term };
+        let item = StatusItem {
+            node: self.node.clone(),
+            version: self.version,
+            status: self.status,
+            leader_term: self.term,
+            max_term: self.max_term,
+            formed: self.formed,
+        };
         match postcard::to_allocvec(&item) {
             Ok(data) => {
                 if let Err(error) = self.foca.add_broadcast(&data) {
@@ -328,14 +353,29 @@ impl GossipEngine {
         }
     }
 
-    /// Takes (or gives up) leadership: the oldest `Up` reachable member leads, with a term
-    /// above every term this node has heard of.
+    /// Takes (or gives up) leadership: the oldest reachable member whose status is `Up` (or not
+    /// known yet: it may be an older leader) leads, with a term above every term this node has
+    /// heard of. A node leads only in a formed cluster: the first seed forms one when its grace
+    /// is over, and a member is part of one once it hears of a leader's term or of a member that
+    /// is.
     fn lead(&mut self, now: u64) {
-        let leader = oldest_reachable_up(&self.view_without_leader().0);
-        let leads = leader.as_ref() == Some(&self.node) && !self.declared_down;
+        let (heard, formed) = {
+            let statuses = self.statuses.lock().unwrap_or_else(|e| e.into_inner());
+            let heard = statuses.values().map(|s| s.max_term.max(s.leader_term)).max().unwrap_or(0);
+            (heard, statuses.values().any(|s| s.formed))
+        };
+        self.max_term = self.max_term.max(heard);
+        // A cluster where nobody may lead (every member restarted, and the first seed is not the
+        // oldest) must still get a leader: the first seed forms it, and says so.
+        let formed = heard > 0 || formed || self.bootstrap_at.is_some_and(|t| now >= t);
+        if formed && !self.formed {
+            self.formed = true;
+            self.broadcast_status(now);
+        }
+        let leads = self.formed && !self.declared_down && self.first_in_line() == Some(self.node.clone());
         if leads && self.term == 0 {
-            let heard = self.statuses.lock().unwrap_or_else(|e| e.into_inner()).values().map(|s| s.leader_term).max();
-            self.term = heard.unwrap_or(0).max(self.config.term_floor) + 1;
+            self.term = self.max_term.max(self.config.term_floor) + 1;
+            self.max_term = self.term;
             let term = self.term;
             self.log(GossipEvent::Leads { term });
             self.broadcast_status(now);
@@ -343,6 +383,23 @@ impl GossipEngine {
             self.term = 0;
             self.broadcast_status(now);
         }
+    }
+
+    /// The member that should lead as far as this node can tell: the oldest reachable
+    /// non-proxy member that is `Up` or whose status has not arrived yet.
+    fn first_in_line(&self) -> Option<NodeId> {
+        let statuses = self.statuses.lock().unwrap_or_else(|e| e.into_inner());
+        let mut candidates: Vec<NodeId> = self
+            .foca
+            .iter_members()
+            .filter(|m| m.state() == foca::State::Alive && !m.id().roles.iter().any(|r| r == PROXY_ROLE))
+            .filter_map(|m| m.id().node.clone())
+            .filter(|n| statuses.get(n).is_none_or(|s| s.status == MemberStatus::Up))
+            .collect();
+        if self.status == MemberStatus::Up && !self.me.roles.iter().any(|r| r == PROXY_ROLE) {
+            candidates.push(self.node.clone());
+        }
+        candidates.into_iter().min_by(|a, b| (a.incarnation, a).cmp(&(b.incarnation, b)))
     }
 
     fn view_without_leader(&self) -> (MembershipView, BTreeMap<NodeId, String>) {

@@ -14,7 +14,14 @@
 //!   same announces let the sides of a healed partition find each other again.
 //! - **The leader** is the oldest `Up` reachable member (proxies excluded); it takes a term above
 //!   every term it has heard of and announces it in its status. A view names a leader only once
-//!   its term is known.
+//!   its term is known. Only a formed cluster has one: the first seed forms it when its grace is
+//!   over, and a member is part of it once it hears of a leader's term or of a formed member.
+//!
+//! Not yet driven by the runtime (seed membership still runs `membership::seeds`). Known gap,
+//! found by a simulation of these engines: two members that each believe they are first in line
+//! at once (a survivor that suspects an older member after a crash, a paused member the others
+//! declared down while it slept, the two sides of a partition) take the same next term. Terms
+//! must not be able to collide before this engine replaces seed membership.
 
 mod engine;
 mod identity;

@@ -21,6 +21,12 @@ pub(super) struct StatusItem {
     pub(super) status: MemberStatus,
     /// The term it leads in (0: it does not lead).
     pub(super) leader_term: Term,
+    /// The largest term it has heard of: a successor must go above it even when the leader
+    /// that held it has stepped down and cleared its own.
+    pub(super) max_term: Term,
+    /// Whether it is part of a formed cluster (it started one, or joined one that had a
+    /// leader): a member that hears of one may lead.
+    pub(super) formed: bool,
 }
 
 /// The latest update of every member, shared by the broadcast handler (inside foca) and the
