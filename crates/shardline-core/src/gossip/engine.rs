@@ -120,6 +120,9 @@ pub struct GossipEngine {
     status: MemberStatus,
     version: u64,
     term: Term,
+    /// The low half of every term this node takes: drawn once, so that two members that take a
+    /// term at once (each believing it is first in line) never take the same one.
+    tag: u32,
     /// The largest term heard of (in any status, or taken here).
     max_term: Term,
     /// When this node may start a cluster alone (None: it must join one).
@@ -187,6 +190,7 @@ impl GossipEngine {
             status: MemberStatus::Up,
             version: 0,
             term: 0,
+            tag: term_tag(seed),
             max_term: 0,
             bootstrap_at,
             formed: false,
@@ -374,7 +378,8 @@ impl GossipEngine {
         }
         let leads = self.formed && !self.declared_down && self.first_in_line() == Some(self.node.clone());
         if leads && self.term == 0 {
-            self.term = self.max_term.max(self.config.term_floor) + 1;
+            let above = self.max_term.max(self.config.term_floor);
+            self.term = ((above >> 32) + 1) << 32 | Term::from(self.tag);
             self.max_term = self.term;
             let term = self.term;
             self.log(GossipEvent::Leads { term });
@@ -448,6 +453,17 @@ impl GossipEngine {
         let leader = leader.zip(term).filter(|(_, t)| *t > 0);
         let _ = view.set_leader(leader.as_ref().map(|(l, _)| l.clone()));
         GossipView { view, leader, addresses }
+    }
+}
+
+/// A non-zero tag from the engine's seed (a different draw than foca's).
+fn term_tag(seed: u64) -> u32 {
+    let mut rng = SeededRng::new(seed ^ 0x7E4A_11D5_3C2B_9F01);
+    loop {
+        let tag = rand_core::Rng::next_u32(&mut rng);
+        if tag != 0 {
+            return tag;
+        }
     }
 }
 

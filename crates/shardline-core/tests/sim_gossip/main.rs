@@ -1,0 +1,89 @@
+//! Deterministic simulation of gossip membership: the real [`GossipEngine`]s of two to six
+//! nodes on a simulated network with latency, loss, crashes, leaves and restarts as new
+//! incarnations — all from one seeded generator. (Partitions, one-way links and pauses are
+//! written too, and switched off: see `World::splits`.)
+//!
+//! After every step it checks G1 (one leader per term). After the faults it checks G2: every
+//! live member sees every other one `Up` and reachable, and all name the same leader.
+//!
+//! `SHARDLINE_SIM_SCHEDULES=N` sets the number of schedules (default 300);
+//! `SHARDLINE_SIM_SEED=S` replays one schedule with a trace.
+//!
+//! [`GossipEngine`]: shardline_core::gossip::GossipEngine
+
+#[path = "../sim/parallel.rs"]
+mod parallel;
+#[allow(dead_code)] // shared with the sharding simulation, which uses all of it
+#[path = "../sim/rng.rs"]
+mod rng;
+mod world;
+
+use std::hash::Hasher;
+
+use world::{Params, World};
+
+fn schedules() -> u64 {
+    std::env::var("SHARDLINE_SIM_SCHEDULES").ok().and_then(|s| s.parse().ok()).unwrap_or(300)
+}
+
+/// Violations, trace hash, steps, nodes declared down.
+fn run_one(p: Params, verbose: bool) -> (Vec<String>, u64, u64, u64) {
+    let mut w = World::new(p);
+    w.verbose = verbose;
+    let (v, w) = w.run();
+    (v, w.trace.finish(), w.steps, w.downed)
+}
+
+fn run_many(first_seed: u64, count: u64, tweak: fn(&mut Params)) -> (Vec<(u64, String)>, u64) {
+    let run = |seed| {
+        let mut p = Params::random(seed);
+        tweak(&mut p);
+        let (v, _, _, downed) = run_one(p, false);
+        (v, downed)
+    };
+    parallel::run_seeds(first_seed, count, run, |t: &mut u64, c| *t += c)
+}
+
+#[test]
+fn sim_gossip_schedules_keep_invariants() {
+    if let Some(seed) = std::env::var("SHARDLINE_SIM_SEED").ok().and_then(|s| s.parse().ok()) {
+        let p = Params::random(seed);
+        eprintln!("replaying seed {seed}: {p:?}");
+        let (v, ..) = run_one(p, true);
+        assert!(v.is_empty(), "seed {seed}: {v:?}");
+        return;
+    }
+    let n = schedules();
+    let (failures, downed) = run_many(1, n, |_| {});
+    println!("simulated {n} gossip schedules, {} violations ({downed} nodes declared down)", failures.len());
+    for (seed, v) in failures.iter().take(10) {
+        println!("  seed {seed}: {v}  (replay: SHARDLINE_SIM_SEED={seed})");
+    }
+    assert!(failures.is_empty(), "{} of {n} gossip schedules violated an invariant", failures.len());
+}
+
+/// The checker can fail: engines that never repeat their status leave members that joined later
+/// without it (they stay `Joining` there), and the simulation must see it.
+#[test]
+fn sim_gossip_catches_a_status_told_only_once() {
+    let (failures, _) = run_many(1_000_000, 200, |p| {
+        p.broken_status = true;
+        p.faults = p.faults.max(3);
+    });
+    println!("status told only once: {} of 200 schedules caught", failures.len());
+    for (seed, v) in failures.iter().take(3) {
+        println!("  seed {seed}: {v}");
+    }
+    assert!(failures.iter().any(|(_, v)| v.contains("G2")), "the simulation did not notice members left joining");
+}
+
+/// Same seed, same run.
+#[test]
+fn sim_gossip_is_deterministic() {
+    for seed in [7, 123, 4711] {
+        let a = run_one(Params::random(seed), false);
+        let b = run_one(Params::random(seed), false);
+        assert_eq!(a.1, b.1, "seed {seed} ran differently twice");
+        assert!(a.2 > 100, "seed {seed} ran only {} steps", a.2);
+    }
+}
