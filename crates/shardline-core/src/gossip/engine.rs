@@ -378,8 +378,7 @@ impl GossipEngine {
         }
         let leads = self.formed && !self.declared_down && self.first_in_line() == Some(self.node.clone());
         if leads && self.term == 0 {
-            let above = self.max_term.max(self.config.term_floor);
-            self.term = ((above >> 32) + 1) << 32 | Term::from(self.tag);
+            self.term = term_above(self.max_term.max(self.config.term_floor), self.tag);
             self.max_term = self.term;
             let term = self.term;
             self.log(GossipEvent::Leads { term });
@@ -454,6 +453,21 @@ impl GossipEngine {
         let _ = view.set_leader(leader.as_ref().map(|(l, _)| l.clone()));
         GossipView { view, leader, addresses }
     }
+}
+
+/// A term above `above` for a member whose tag is `tag`: a counter one above `above`'s in the
+/// high half, the tag in the low half. Two members that take a term at once (each believing it is
+/// first in line) take different ones unless their tags are equal.
+///
+/// ```
+/// use shardline_core::gossip::term_above;
+///
+/// let (a, b) = (term_above(7, 1), term_above(7, 2));
+/// assert!(a > 7 && b > 7 && a != b);
+/// assert!(term_above(a.max(b), 1) > a.max(b));
+/// ```
+pub fn term_above(above: Term, tag: u32) -> Term {
+    (((above >> 32) + 1) << 32) | Term::from(tag)
 }
 
 /// A non-zero tag from the engine's seed (a different draw than foca's).

@@ -22,7 +22,8 @@
 //!   line at once (a survivor suspecting an older member after a crash, a paused member declared
 //!   down while it slept, the two sides of a partition) take different terms; with a plain
 //!   "largest heard + 1", which seed membership uses, they took the same one (the simulation found
-//!   it in about 3 % of its schedules). They collide only if their tags do (one in 2³²).
+//!   it in about 3 % of its schedules; seed membership now takes its terms with [`term_above`]
+//!   too). They collide only if their tags do (one in 2³²).
 //!
 //! Not yet driven by the runtime (seed membership still runs `membership::seeds`).
 
@@ -31,6 +32,6 @@ mod identity;
 mod rng;
 mod status;
 
-pub use engine::{GossipCommand, GossipConfig, GossipEngine, GossipEvent, GossipView};
+pub use engine::{term_above, GossipCommand, GossipConfig, GossipEngine, GossipEvent, GossipView};
 pub use identity::GossipId;
 pub use status::StatusError;

@@ -143,6 +143,14 @@ struct State {
     bootstrap_at: Option<Instant>,
 }
 
+/// This node's term tag (the low half of its terms): a hash of its identity, never 0.
+fn term_tag(node: &NodeId) -> u32 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    node.hash(&mut h);
+    (h.finish() as u32).max(1)
+}
+
 impl State {
     fn new(me: GossipMember, config: SeedsConfig, bootstrap_at: Option<Instant>) -> Self {
         State {
@@ -244,7 +252,10 @@ impl State {
         let i_lead = leader.as_ref() == Some(&me);
         let my_term = self.members.get(&me).map(|m| m.leader_term).unwrap_or(0);
         if i_lead && my_term == 0 {
-            self.max_term = self.max_term.max(self.config.term_floor) + 1;
+            // Not one above the largest heard: two members that each believe they are first in
+            // line at once would take the same term (the gossip simulation found it).
+            self.max_term =
+                shardline_core::gossip::term_above(self.max_term.max(self.config.term_floor), term_tag(&me));
             let t = self.max_term;
             if let Some(m) = self.members.get_mut(&me) {
                 m.leader_term = t;
@@ -492,10 +503,11 @@ mod tests {
         assert_eq!(third.view().leader, None);
         let mut first = state("n1", 5, true);
         first.tick();
-        assert_eq!(term(&first), Some(1));
+        let t = term(&first).expect("the first seed leads");
+        assert!(t > 0);
         second.merge(first.gossip());
         second.tick();
-        assert_eq!(second.view().leader, Some((first.me.clone(), 1)));
+        assert_eq!(second.view().leader, Some((first.me.clone(), t)));
     }
 
     /// A member this node has heard of only through another's gossip is unreachable in its view
@@ -516,12 +528,23 @@ mod tests {
         assert_eq!(a.view().view.rebalance_hold(None), None);
     }
 
-    /// A cluster restarted from scratch on a journal whose fences reached term 7 leads with 8.
+    /// A cluster restarted from scratch on a journal whose fences reached term 7 leads above it.
     #[test]
     fn the_first_term_is_above_the_floor() {
         let mut first = state_with("n1", 1, true, SeedsConfig { term_floor: 7, ..SeedsConfig::default() });
         first.tick();
-        assert_eq!(term(&first), Some(8));
+        assert!(term(&first).is_some_and(|t| t > 7));
+    }
+
+    /// Two members that take a term at once, each from the same largest term heard, take
+    /// different ones.
+    #[test]
+    fn concurrent_leaders_never_share_a_term() {
+        let mut a = state("a", 1, true);
+        let mut b = state("b", 2, true);
+        a.tick();
+        b.tick();
+        assert_ne!(term(&a), term(&b));
     }
 
     /// The first seed starts the cluster (term 1); an older node joins, so the seed steps down
@@ -532,12 +555,14 @@ mod tests {
         let mut seed = state("n1", 20, true);
         let mut older = state("n2", 10, false);
         seed.tick();
-        assert_eq!(term(&seed), Some(1));
+        let first = term(&seed).expect("the seed leads");
         seed.merge(older.gossip());
         seed.tick();
         assert_eq!(seed.members.get(&seed.me).map(|m| m.leader_term), Some(0), "stepped down");
         older.merge(seed.gossip());
         older.tick();
-        assert_eq!(older.view().leader, Some((older.me.clone(), 2)));
+        let (leader, t) = older.view().leader.expect("the older node leads");
+        assert_eq!(leader, older.me);
+        assert!(t > first, "{t} after {first}");
     }
 }
