@@ -18,6 +18,7 @@
 
 mod ledger;
 mod parallel;
+mod queue;
 mod rng;
 mod world;
 

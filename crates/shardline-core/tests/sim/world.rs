@@ -2,8 +2,7 @@
 //! network of per-pair FIFO links with random delays, a membership oracle standing in for a
 //! lease store, entities with mailboxes, clients, and faults — all driven by one seeded rng.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::hash::Hash;
 
 use shardline_core::{
@@ -13,6 +12,7 @@ use shardline_core::{
 };
 
 use super::ledger::{Ledger, UserMsg};
+use super::queue::Queue;
 use super::rng::Rng;
 
 mod engines;
@@ -113,9 +113,7 @@ pub struct World {
     p: Params,
     rng: Rng,
     now: u64,
-    queue: BinaryHeap<Reverse<(u64, u64)>>,
-    events: HashMap<u64, Ev>,
-    next_ev: u64,
+    queue: Queue<Ev>,
     nodes: BTreeMap<NodeId, SimNode>,
     current: BTreeMap<String, NodeId>,
     next_name: usize,
@@ -163,9 +161,7 @@ impl World {
             rng: Rng::new(p.seed),
             p,
             now: 0,
-            queue: BinaryHeap::new(),
-            events: HashMap::new(),
-            next_ev: 0,
+            queue: Queue::new(),
             nodes: BTreeMap::new(),
             current: BTreeMap::new(),
             next_name: 0,
@@ -216,10 +212,7 @@ impl World {
     }
 
     fn schedule(&mut self, at: u64, ev: Ev) {
-        let id = self.next_ev;
-        self.next_ev += 1;
-        self.queue.push(Reverse((at.max(self.now), id)));
-        self.events.insert(id, ev);
+        self.queue.push(self.now, at, ev);
     }
 
     fn log(&self, what: impl FnOnce() -> String) {
@@ -597,7 +590,7 @@ impl World {
     pub fn run(mut self) -> (Vec<String>, World) {
         let end = self.p.active_ms + self.p.quiet_ms;
         let mut heal_done = false;
-        while let Some(Reverse((at, id))) = self.queue.pop() {
+        while let Some((at, ev)) = self.queue.pop() {
             if at > end {
                 break;
             }
@@ -609,7 +602,6 @@ impl World {
                 self.refresh_reachability();
             }
             self.now = at;
-            let Some(ev) = self.events.remove(&id) else { continue };
             self.steps += 1;
             format!("{at}{ev:?}").hash(&mut self.trace);
             if self.verbose {

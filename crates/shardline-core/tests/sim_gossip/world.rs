@@ -1,13 +1,13 @@
 //! One schedule: gossip engines on a simulated network with latency, loss, partitions,
 //! asymmetric links, pauses, crashes and restarts as new incarnations.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::Hash;
 
 use shardline_core::gossip::{GossipCommand, GossipConfig, GossipEngine, GossipEvent, GossipId, GossipView};
 use shardline_core::{MemberStatus, NodeId};
 
+use super::queue::Queue;
 use super::rng::Rng;
 
 /// The shape of one schedule.
@@ -64,9 +64,7 @@ pub struct World {
     p: Params,
     rng: Rng,
     now: u64,
-    queue: BinaryHeap<Reverse<(u64, u64)>>,
-    events: HashMap<u64, Ev>,
-    next_ev: u64,
+    queue: Queue<Ev>,
     nodes: Vec<SimNode>,
     next_inc: u64,
     /// Each slot's side while a partition lasts (same number: they can talk).
@@ -95,9 +93,7 @@ impl World {
         let mut w = World {
             rng: Rng::new(p.seed),
             now: 0,
-            queue: BinaryHeap::new(),
-            events: HashMap::new(),
-            next_ev: 0,
+            queue: Queue::new(),
             nodes: Vec::new(),
             next_inc: 0,
             side: vec![0; p.nodes],
@@ -162,10 +158,7 @@ impl World {
     }
 
     fn schedule(&mut self, at: u64, ev: Ev) {
-        let id = self.next_ev;
-        self.next_ev += 1;
-        self.queue.push(Reverse((at.max(self.now), id)));
-        self.events.insert(id, ev);
+        self.queue.push(self.now, at, ev);
     }
 
     fn log(&self, what: impl FnOnce() -> String) {
@@ -385,12 +378,11 @@ impl World {
 
     pub fn run(mut self) -> (Vec<String>, World) {
         let end = self.p.active_ms + 20_000;
-        while let Some(Reverse((at, id))) = self.queue.pop() {
+        while let Some((at, ev)) = self.queue.pop() {
             if at > end {
                 break;
             }
             self.now = at;
-            let Some(ev) = self.events.remove(&id) else { continue };
             self.steps += 1;
             format!("{at}{ev:?}").hash(&mut self.trace);
             if self.verbose {

@@ -14,6 +14,8 @@
 
 #[path = "../sim/parallel.rs"]
 mod parallel;
+#[path = "../sim/queue.rs"]
+mod queue;
 #[allow(dead_code)] // shared with the sharding simulation, which uses all of it
 #[path = "../sim/rng.rs"]
 mod rng;

@@ -1,8 +1,7 @@
 //! One schedule: lease engines over the simulated store, with latency, outages, lost answers, a
 //! store reachable from some nodes only, pauses, crashes, restarts and leaves.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::BTreeMap;
 use std::hash::Hash;
 
 use shardline_core::lease::{
@@ -11,6 +10,7 @@ use shardline_core::lease::{
 };
 use shardline_core::{MemberStatus, NodeId};
 
+use super::queue::Queue;
 use super::rng::Rng;
 use super::store::Store;
 
@@ -77,9 +77,7 @@ pub struct World {
     p: Params,
     rng: Rng,
     now: u64,
-    queue: BinaryHeap<Reverse<(u64, u64)>>,
-    events: HashMap<u64, Ev>,
-    next_ev: u64,
+    queue: Queue<Ev>,
     nodes: Vec<SimNode>,
     next_inc: u64,
     store: Store,
@@ -99,9 +97,7 @@ impl World {
         let mut w = World {
             rng: Rng::new(p.seed),
             now: 0,
-            queue: BinaryHeap::new(),
-            events: HashMap::new(),
-            next_ev: 0,
+            queue: Queue::new(),
             nodes: Vec::new(),
             next_inc: 0,
             store: Store::default(),
@@ -165,10 +161,7 @@ impl World {
     }
 
     fn schedule(&mut self, at: u64, ev: Ev) {
-        let id = self.next_ev;
-        self.next_ev += 1;
-        self.queue.push(Reverse((at.max(self.now), id)));
-        self.events.insert(id, ev);
+        self.queue.push(self.now, at, ev);
     }
 
     fn log(&self, what: impl FnOnce() -> String) {
@@ -405,12 +398,11 @@ impl World {
 
     pub fn run(mut self) -> (Vec<String>, World) {
         let end = self.p.active_ms + 8 * self.p.ttl_ms;
-        while let Some(Reverse((at, id))) = self.queue.pop() {
+        while let Some((at, ev)) = self.queue.pop() {
             if at > end {
                 break;
             }
             self.now = at;
-            let Some(ev) = self.events.remove(&id) else { continue };
             self.steps += 1;
             format!("{at}{ev:?}").hash(&mut self.trace);
             if self.verbose {
