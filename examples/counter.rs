@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use shardline::{Cluster, Entity, EntityContext, EntityHandle, EntityId, EntitySettings, Error, Seeds};
+use shardline::{Cluster, Entity, EntityContext, EntityHandle, EntityId, EntitySettings, Error, Gossip};
 
 #[derive(Debug, Serialize, Deserialize)]
 enum Cmd {
@@ -58,7 +58,7 @@ async fn node(
 ) -> Result<(Cluster, EntityHandle<Counter>), Box<dyn std::error::Error>> {
     let mut builder = Cluster::builder().cluster_name("counters").node_name(name).bind("127.0.0.1:0");
     if let Some(seed) = seed {
-        builder = builder.membership(Seeds::new([seed.local_addr().to_string()]));
+        builder = builder.membership(Gossip::new([seed.local_addr().to_string()]));
     }
     let cluster = builder.build().await?;
     let counters = cluster.register::<Counter>(EntitySettings::new("counter").shards(64)).await?;

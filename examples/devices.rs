@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use shardline::{Cluster, Entity, EntityContext, EntityHandle, EntityId, EntitySettings, Seeds};
+use shardline::{Cluster, Entity, EntityContext, EntityHandle, EntityId, EntitySettings, Gossip};
 
 const HOMES: u32 = 6;
 const DEVICES: [&str; 3] = ["thermostat", "door", "lamp"];
@@ -120,7 +120,7 @@ async fn node(
 ) -> Result<(Cluster, EntityHandle<Device>, EntityHandle<Home>), Box<dyn std::error::Error>> {
     let mut builder = Cluster::builder().cluster_name("devices").node_name(name);
     if let Some(seed) = seed {
-        builder = builder.membership(Seeds::new([seed.local_addr().to_string()]));
+        builder = builder.membership(Gossip::new([seed.local_addr().to_string()]));
     }
     let cluster = builder.build().await?;
     let devices = cluster

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shardline::membership::lease::{CoordinationStore, LeaseConfig, Leases};
-use shardline::{MembershipProvider, Seeds};
+use shardline::{Gossip, MembershipProvider};
 #[cfg(feature = "etcd")]
 use shardline_etcd::EtcdStore;
 #[cfg(feature = "nats")]
@@ -109,7 +109,7 @@ pub async fn provider(
 }
 
 /// [`provider`] with lease settings of its own; with seeds, terms start above `term_floor` (the
-/// journal's highest fence term: see [`Seeds::term_floor`]).
+/// journal's highest fence term: see [`Gossip::term_floor`]).
 pub async fn provider_with(
     spec: &MembershipSpec,
     cluster: &str,
@@ -118,7 +118,7 @@ pub async fn provider_with(
     term_floor: u64,
 ) -> Result<Box<dyn MembershipProvider>, String> {
     Ok(match store(spec, cluster).await? {
-        None => Box::new(Seeds::new(seeds.to_vec()).term_floor(term_floor)),
+        None => Box::new(Gossip::new(seeds.to_vec()).term_floor(term_floor)),
         Some(store) => Box::new(Leases::new(store, cluster, leases)),
     })
 }

@@ -31,7 +31,7 @@ pub async fn register_all(
 async fn start(args: &NodeArgs, journal: &Arc<dyn Journal>) -> Result<Cluster, String> {
     // Ranges orders hosts by their numbered membership slots.
     let leases = LeaseConfig { numbered_slots: args.strategy.0 == StrategyKind::Ranges, ..lease_config() };
-    // Seeds' terms live only as long as the cluster: a cluster restarted from scratch must start
+    // Gossip terms live only as long as the cluster: a cluster restarted from scratch must start
     // above the fences its earlier incarnation left in the journal.
     let floor = journal.highest_term().await.map_err(|e| format!("cannot read the journal: {e}"))?;
     let membership = provider_with(&args.membership, &args.cluster, &args.seeds, leases, floor).await?;

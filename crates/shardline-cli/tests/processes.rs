@@ -5,7 +5,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use shardline::{Cluster, Seeds, StrategyKind};
+use shardline::{Cluster, Gossip, StrategyKind};
 use shardline_cli::{register_accounts, AccountCmd, Accounts};
 
 const SHARDS: u32 = 64;
@@ -89,7 +89,7 @@ async fn driver(seed: u16) -> (Cluster, Accounts) {
         .cluster_name("shardline-demo")
         .node_name("test-driver")
         .proxy()
-        .membership(Seeds::new([format!("127.0.0.1:{seed}")]))
+        .membership(Gossip::new([format!("127.0.0.1:{seed}")]))
         .build()
         .await
         .expect("driver starts");
@@ -333,7 +333,9 @@ async fn leave_with_the_only_peer_frozen(second_signal: bool) {
         assert!(text.contains("leave cut short by a second signal"), "node log:\n{text}");
     } else {
         assert_eq!(code, Some(0), "node log:\n{text}");
-        assert!(text.contains("no leader to hand off to"), "node log:\n{text}");
+        // No leader for 5 s, or the frozen peer declared down first (about as long): either
+        // way the shards stop here.
+        assert!(text.contains("leaving without hand-off"), "node log:\n{text}");
     }
     signal(&n2, libc::SIGCONT);
     let _ = std::fs::remove_dir_all(&dir);

@@ -147,3 +147,25 @@ fn unreadable_data_is_reported_and_dropped() {
     e.handle_data(1, &[0xff; 40]);
     assert!(e.drain_commands().any(|c| matches!(c, GossipCommand::Log(GossipEvent::BadData { .. }))));
 }
+
+/// A member that exits after its hand-offs says `Removed`, and the others see it removed: a
+/// graceful leave is not a failure, on either side (being declared down would fence a node
+/// that left cleanly and log that it was downed).
+#[test]
+fn an_exit_is_not_a_declaration_of_down() {
+    let mut net = Net::new();
+    net.start("a", 1, &[]);
+    net.start("b", 2, &["a"]);
+    net.run(4_000);
+    let now = net.now;
+    let b = net.nodes.get_mut("b:7000").unwrap();
+    b.handle_leave(now);
+    b.handle_exit(now);
+    let me = NodeId::new("b", 2);
+    assert_eq!(b.view().view.get(&me).map(|m| m.status), Some(MemberStatus::Removed));
+    net.run(now + 3_000);
+    assert!(!net.events.iter().any(|(n, e)| n == "b:7000" && *e == GossipEvent::DeclaredDown), "{:?}", net.events);
+    assert_eq!(net.view("b").view.get(&me).map(|m| m.status), Some(MemberStatus::Removed));
+    assert_eq!(net.view("a").view.get(&me).map(|m| m.status), Some(MemberStatus::Removed), "left, not down");
+    assert!(net.events.contains(&("a:7000".into(), GossipEvent::MemberLeft { node: me.clone() })), "{:?}", net.events);
+}

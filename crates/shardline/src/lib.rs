@@ -18,7 +18,7 @@
 //! let cluster = Cluster::builder()
 //!     .node_name("node-1")
 //!     .bind("127.0.0.1:7101")
-//!     .membership(Seeds::new(["127.0.0.1:7101"]))
+//!     .membership(Gossip::new(["127.0.0.1:7101"]))
 //!     .build()
 //!     .await?;
 //! let counters = cluster.register::<Counter>(EntitySettings::new("counter").shards(256)).await?;
@@ -33,6 +33,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod clock;
 mod cluster;
 pub mod entity;
 mod error;
@@ -41,11 +42,12 @@ pub mod membership;
 pub(crate) mod sharding;
 pub mod transport;
 
+pub use clock::Clock;
 pub use cluster::{Cluster, ClusterBuilder, EntityHandle, EntityRef};
 pub use entity::{
     Entity, EntityContext, EntitySettings, EventSourced, EventSourcedHandle, EventSourcedSettings, StrategyKind,
 };
 pub use error::{ConfigError, Error, Processed, TransportError};
-pub use membership::{ClusterView, MembershipProvider, Seeds, SeedsConfig};
+pub use membership::{ClusterView, Gossip, GossipConfig, MembershipProvider};
 pub use shardline_core::{EntityId, Epoch, NodeId, ShardId};
 pub use transport::TransportConfig;

@@ -117,7 +117,7 @@ async fn the_last_node_leaving_stops_its_shards_and_returns() {
 /// asked from and after the shards spread over three nodes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entities_with_one_partition_key_share_a_shard_and_a_node() {
-    use shardline::{Cluster, EntityHandle, EntitySettings, Seeds};
+    use shardline::{Cluster, EntityHandle, EntitySettings, Gossip};
     logs();
     fn home(id: &str) -> &str {
         id.split_once('/').map_or(id, |(home, _)| home)
@@ -125,7 +125,7 @@ async fn entities_with_one_partition_key_share_a_shard_and_a_node() {
     async fn start(name: &str, seed: Option<std::net::SocketAddr>) -> (Cluster, EntityHandle<Log>) {
         let b = Cluster::builder().cluster_name("colocate").node_name(name);
         let b = match seed {
-            Some(s) => b.membership(Seeds::new([s.to_string()])),
+            Some(s) => b.membership(Gossip::new([s.to_string()])),
             None => b,
         };
         let c = b.build().await.unwrap();

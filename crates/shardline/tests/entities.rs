@@ -112,7 +112,7 @@ impl shardline::Entity for EpochProbe {
 /// and came back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_entity_sees_the_epoch_its_node_hosts_the_shard_at() {
-    use shardline::{EntityHandle, Seeds};
+    use shardline::{EntityHandle, Gossip};
     logs();
     async fn probe(h: &EntityHandle<EpochProbe>, id: &str) -> shardline::Epoch {
         let epoch = h.entity_ref(id).ask(()).await.expect("answers");
@@ -131,7 +131,7 @@ async fn an_entity_sees_the_epoch_its_node_hosts_the_shard_at() {
     let b = Cluster::builder()
         .cluster_name("epochs")
         .node_name("b")
-        .membership(Seeds::new([a.local_addr().to_string()]))
+        .membership(Gossip::new([a.local_addr().to_string()]))
         .build()
         .await
         .unwrap();

@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::{eventually, logs};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use shardline::{
-    Cluster, Entity, EntityContext, EntityHandle, EntityId, EntitySettings, Error, Processed, Seeds, TransportConfig,
+    Cluster, Entity, EntityContext, EntityHandle, EntityId, EntitySettings, Error, Gossip, Processed, TransportConfig,
 };
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -101,7 +101,7 @@ async fn remote_pair(cluster: &str) -> (Cluster, Cluster, EntityHandle<Counting>
         .cluster_name(cluster)
         .node_name("b")
         .transport(transport)
-        .membership(Seeds::new([a.local_addr().to_string()]))
+        .membership(Gossip::new([a.local_addr().to_string()]))
         .build()
         .await
         .expect("b starts");

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use shardline::journal::conformance::append;
 use shardline::journal::{EventRecord, Fence, InMemoryJournal, Journal};
 use shardline::{
-    Cluster, EntityId, EntitySettings, Epoch, Error, EventSourced, EventSourcedHandle, EventSourcedSettings, Seeds,
+    Cluster, EntityId, EntitySettings, Epoch, Error, EventSourced, EventSourcedHandle, EventSourcedSettings, Gossip,
 };
 
 #[derive(Default, Serialize, Deserialize)]
@@ -83,7 +83,7 @@ async fn node_with(
     logs();
     let mut b = Cluster::builder().cluster_name(cluster).node_name(name);
     if let Some(s) = seed {
-        b = b.membership(Seeds::new([s.local_addr().to_string()]));
+        b = b.membership(Gossip::new([s.local_addr().to_string()]));
     }
     let c = b.build().await.expect("node starts");
     let h = c.register_event_sourced::<Tally>(settings, es).await.expect("registers");

@@ -155,7 +155,7 @@ async fn forgetting_a_peer_reports_its_link_down() {
 /// again later (it used to be dropped, silently for a tell): every value arrives, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_send_queue_loses_no_told_message() {
-    use shardline::{Cluster, Seeds, TransportConfig};
+    use shardline::{Cluster, Gossip, TransportConfig};
     logs();
     let tiny = TransportConfig { send_queue: 4, ..TransportConfig::new("jam") };
     let a = Cluster::builder().cluster_name("jam").node_name("a").transport(tiny).build().await.unwrap();
@@ -163,7 +163,7 @@ async fn a_full_send_queue_loses_no_told_message() {
     let b = Cluster::builder()
         .cluster_name("jam")
         .node_name("b")
-        .membership(Seeds::new([a.local_addr().to_string()]))
+        .membership(Gossip::new([a.local_addr().to_string()]))
         .build()
         .await
         .unwrap();

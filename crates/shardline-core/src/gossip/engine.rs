@@ -81,6 +81,11 @@ pub enum GossipEvent {
         /// The member.
         node: NodeId,
     },
+    /// A member left after saying it was done (`Removed`).
+    MemberLeft {
+        /// The member.
+        node: NodeId,
+    },
     /// This node was declared down by the others: it must stop its shards and come back as a
     /// new incarnation.
     DeclaredDown,
@@ -340,7 +345,8 @@ impl GossipEngine {
             // A newer incarnation at the address: the older one is gone.
             OwnedNotification::Rename(old, new) if old.node != new.node => self.declare_down(now, old),
             OwnedNotification::Active => self.log(GossipEvent::Joined),
-            OwnedNotification::Defunct if !self.declared_down => {
+            // Leaving the cluster makes foca defunct too: that is no declaration.
+            OwnedNotification::Defunct if !self.declared_down && self.status != MemberStatus::Removed => {
                 self.declared_down = true;
                 self.log(GossipEvent::DeclaredDown);
             }
@@ -351,10 +357,21 @@ impl GossipEngine {
     fn declare_down(&mut self, now: u64, id: GossipId) {
         if let Some(node) = id.node.clone() {
             if !self.down.contains_key(&node) {
-                self.log(GossipEvent::MemberDown { node: node.clone() });
+                let event = if self.has_left(&node) {
+                    GossipEvent::MemberLeft { node: node.clone() }
+                } else {
+                    GossipEvent::MemberDown { node: node.clone() }
+                };
+                self.log(event);
             }
             self.down.insert(node, (id, now));
         }
+    }
+
+    /// Whether `node` said it was done before it went (a graceful leave, not a failure).
+    fn has_left(&self, node: &NodeId) -> bool {
+        let statuses = self.statuses.lock().unwrap_or_else(|e| e.into_inner());
+        statuses.get(node).is_some_and(|s| s.status == MemberStatus::Removed)
     }
 
     /// Takes (or gives up) leadership: the oldest reachable member whose status is `Up` (or not
@@ -434,7 +451,9 @@ impl GossipEngine {
             add(id, status, m.state() == foca::State::Alive);
         }
         for (id, _) in self.down.values() {
-            add(id, MemberStatus::Down, false);
+            let left =
+                id.node.as_ref().and_then(|n| statuses.get(n)).is_some_and(|s| s.status == MemberStatus::Removed);
+            add(id, if left { MemberStatus::Removed } else { MemberStatus::Down }, false);
         }
         (view, addresses)
     }

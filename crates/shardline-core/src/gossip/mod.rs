@@ -25,7 +25,7 @@
 //!   it in about 3 % of its schedules; seed membership now takes its terms with [`term_above`]
 //!   too). They collide only if their tags do (one in 2³²).
 //!
-//! Not yet driven by the runtime (seed membership still runs `membership::seeds`).
+//! The runtime's `membership::Gossip` provider carries out its commands over the node's transport.
 
 mod engine;
 mod identity;

@@ -7,11 +7,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use shardline_core::NodeId;
 use tokio::sync::{broadcast, mpsc, watch};
-use tokio::time::Instant;
 use tracing::info;
 
+use crate::clock::Clock;
 use crate::error::ConfigError;
-use crate::membership::{ClusterView, MembershipProvider, ProviderContext, Seeds};
+use crate::membership::{ClusterView, Gossip, MembershipProvider, ProviderContext};
 use crate::sharding::pending::Pending;
 use crate::transport::{Transport, TransportConfig};
 
@@ -51,7 +51,7 @@ impl ClusterBuilder {
         self
     }
 
-    /// Membership provider (default: `Seeds` with no seeds, a single-node cluster).
+    /// Membership provider (default: [`Gossip`] with no seeds, a single-node cluster).
     pub fn membership(mut self, provider: impl MembershipProvider) -> Self {
         self.membership = Some(Box::new(provider));
         self
@@ -118,11 +118,12 @@ impl ClusterBuilder {
             .map_err(|source| ConfigError::Bind { addr: bind.clone(), source })?;
         let me = transport.me().clone();
         let (gossip_tx, gossip_rx) = mpsc::channel(1024);
+        let clock = Clock::start();
         let mut roles = self.roles.clone();
         if self.proxy {
             roles.push(shardline_core::PROXY_ROLE.into());
         }
-        let provider = self.membership.unwrap_or_else(|| Box::new(Seeds::new(Vec::<String>::new())));
+        let provider = self.membership.unwrap_or_else(|| Box::new(Gossip::new(Vec::<String>::new())));
         let handle = provider
             .start(ProviderContext {
                 me: me.clone(),
@@ -132,6 +133,7 @@ impl ClusterBuilder {
                 weight: self.weight,
                 transport: transport.clone(),
                 gossip: gossip_rx,
+                clock,
             })
             .await?;
         let (events, _) = broadcast::channel(4096);
@@ -148,7 +150,7 @@ impl ClusterBuilder {
             me: me.clone(),
             addr,
             transport: transport.clone(),
-            clock: Instant::now(),
+            clock,
             proxy: self.proxy,
             regions: RwLock::new(HashMap::new()),
             typed: RwLock::new(HashMap::new()),

@@ -24,8 +24,11 @@ impl Inbound for Dispatcher {
             cluster.fence_if_lapsed();
         }
         match frame {
-            Frame::Gossip(g) => {
-                let _ = cluster.inner.gossip_tx.try_send((from.clone(), g));
+            Frame::Gossip(data) => {
+                // Gossip is lossy by design (SWIM repeats and probes again): a full queue drops.
+                if cluster.inner.gossip_tx.try_send((from.clone(), data)).is_err() {
+                    metrics::counter!("shardline_gossip_dropped_total").increment(1);
+                }
             }
             Frame::ToCoordinator { type_key, msg } => {
                 let c = cluster.inner.coordinators.lock().unwrap_or_else(|e| e.into_inner()).get(&type_key).cloned();

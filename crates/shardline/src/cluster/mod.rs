@@ -34,7 +34,7 @@ pub(crate) struct NodeInner {
     pub(super) me: NodeId,
     pub(super) addr: std::net::SocketAddr,
     pub(super) transport: Transport,
-    pub(super) clock: Instant,
+    pub(super) clock: crate::clock::Clock,
     pub(super) proxy: bool,
     pub(super) regions: RwLock<HashMap<TypeKey, Arc<dyn RegionDyn>>>,
     pub(super) typed: RwLock<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
@@ -44,7 +44,7 @@ pub(crate) struct NodeInner {
     pub(super) control: Arc<dyn MembershipControl>,
     pub(super) maps: Option<crate::membership::lease::ShardMaps>,
     pub(super) lease: Option<crate::membership::HostingLease>,
-    pub(super) gossip_tx: mpsc::Sender<(NodeId, crate::membership::seeds::Gossip)>,
+    pub(super) gossip_tx: mpsc::Sender<(NodeId, Vec<u8>)>,
     pub(super) events: broadcast::Sender<(TypeKey, DomainEvent)>,
     pub(super) log: Option<Mutex<std::fs::File>>,
     pub(super) fenced: AtomicBool,
@@ -99,7 +99,7 @@ impl Cluster {
     }
 
     pub(crate) fn now_ms(&self) -> u64 {
-        self.inner.clock.elapsed().as_millis() as u64
+        self.inner.clock.now_ms()
     }
 
     /// The membership as last seen.

@@ -22,7 +22,7 @@ use shardline_core::EntityId;
 use super::conformance::Check;
 use super::Journal;
 use crate::entity::{EventSourced, EventSourcedHandle, EventSourcedSettings};
-use crate::{Cluster, EntitySettings, Error, Seeds};
+use crate::{Cluster, EntitySettings, Error, Gossip};
 
 /// The drills' entity: a sum of additions.
 #[derive(Default, Serialize, Deserialize)]
@@ -86,7 +86,7 @@ async fn lone_node(
     let c = Cluster::builder()
         .cluster_name(cluster)
         .node_name(cluster)
-        .membership(Seeds::new(Vec::<String>::new()).term_floor(floor))
+        .membership(Gossip::new(Vec::<String>::new()).term_floor(floor))
         .build()
         .await
         .map_err(|e| format!("{cluster} starts: {e}"))?;

@@ -4,8 +4,8 @@
 //! each member listens. The sharding layer reads only that [`ClusterView`], so seed nodes, etcd
 //! leases or NATS KV leases plug in behind one trait.
 
+pub mod gossip;
 pub mod lease;
-pub mod seeds;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -21,7 +21,8 @@ use tokio::sync::{mpsc, watch};
 use crate::error::ConfigError;
 use crate::transport::Transport;
 
-pub use seeds::{Seeds, SeedsConfig};
+pub use gossip::Gossip;
+pub use shardline_core::gossip::GossipConfig;
 
 /// The cluster as the provider sees it now.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -55,8 +56,10 @@ pub struct ProviderContext {
     pub weight: u32,
     /// The node's transport, for providers that talk to peers.
     pub transport: Transport,
-    /// Gossip frames addressed to the provider.
-    pub gossip: mpsc::Receiver<(NodeId, seeds::Gossip)>,
+    /// Membership data peers sent to the provider (gossip), with the sender.
+    pub gossip: mpsc::Receiver<(NodeId, Vec<u8>)>,
+    /// The node's clock, which every driver of the node reads.
+    pub clock: crate::clock::Clock,
 }
 
 /// A running provider: its views and how to leave.
@@ -65,7 +68,7 @@ pub struct MembershipHandle {
     pub views: watch::Receiver<ClusterView>,
     /// Control of the provider.
     pub control: Arc<dyn MembershipControl>,
-    /// Until when this node may host, for providers with leases (None: no lease, e.g. seeds).
+    /// Until when this node may host, for providers with leases (None: no lease, e.g. gossip).
     pub lease: Option<HostingLease>,
     /// Where coordinators keep their shard maps (providers with a store), so that a new leader
     /// resumes from the last map instead of starting over.

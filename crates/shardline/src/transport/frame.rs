@@ -4,7 +4,6 @@ use serde::{Deserialize, Serialize};
 use shardline_core::{NodeId, RegionMessage, ToCoordinator, ToRegion, TypeKey};
 
 use crate::error::TransportError;
-use crate::membership::seeds::Gossip;
 use crate::sharding::envelope::WireEnvelope;
 
 /// Version of the wire protocol; peers with another version are refused.
@@ -37,8 +36,8 @@ pub enum Frame {
         /// Why.
         reason: String,
     },
-    /// Membership traffic of the seed-node provider.
-    Gossip(Gossip),
+    /// Data of the membership provider (gossip), opaque to the transport.
+    Gossip(Vec<u8>),
     /// To the coordinator of a type.
     ToCoordinator {
         /// The entity type.

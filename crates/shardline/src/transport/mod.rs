@@ -319,8 +319,9 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> Result<(), TransportEr
     let hello = tokio::time::timeout(shared.config.connect_timeout, read_frame(&mut stream, shared.config.max_frame))
         .await
         .map_err(|_| TransportError::HandshakeTimeout)??;
-    let (from, refusal) = match hello {
+    let (from, by_address, refusal) = match hello {
         Frame::Hello { protocol, cluster, from, to } => {
+            let by_address = to.is_none();
             let refusal = if protocol != PROTOCOL_VERSION {
                 Some(TransportError::ProtocolMismatch { ours: PROTOCOL_VERSION, theirs: protocol })
             } else if cluster != shared.config.cluster {
@@ -333,9 +334,11 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> Result<(), TransportEr
             } else {
                 None
             };
-            (from, refusal)
+            (from, by_address, refusal)
         }
-        other => (shared.me.clone(), Some(TransportError::Decode(format!("expected Hello, got {}", kind(&other))))),
+        other => {
+            (shared.me.clone(), true, Some(TransportError::Decode(format!("expected Hello, got {}", kind(&other)))))
+        }
     };
     let mut buf = Vec::new();
     if let Some(e) = refusal {
@@ -347,8 +350,12 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> Result<(), TransportEr
     Frame::HelloOk { node: shared.me.clone() }.encode_into(&mut buf)?;
     stream.write_all(&buf).await?;
     let Some(handler) = shared.handler.get() else { return Ok(()) };
-    // A new connection from a peer means its previous one (if any) broke.
-    handler.on_link_down(&from);
+    // A new connection from a peer means its previous one (if any) broke. Not so for a dial by
+    // address (a seed, or a member held down): that short-lived connection is not the peer's
+    // connection and leaves it as it was.
+    if !by_address {
+        handler.on_link_down(&from);
+    }
     let mut reader = tokio::io::BufReader::with_capacity(64 * 1024, stream);
     loop {
         match read_frame(&mut reader, shared.config.max_frame).await {

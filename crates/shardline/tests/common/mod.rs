@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use shardline::{Cluster, Entity, EntityContext, EntityHandle, EntityId, EntitySettings, Seeds};
+use shardline::{Cluster, Entity, EntityContext, EntityHandle, EntityId, EntitySettings, Gossip};
 
 pub static STARTED: AtomicUsize = AtomicUsize::new(0);
 pub static STOPPED: AtomicUsize = AtomicUsize::new(0);
@@ -76,7 +76,7 @@ pub async fn node(name: &str, seed: Option<std::net::SocketAddr>) -> (Cluster, E
     logs();
     let b = Cluster::builder().cluster_name("test").node_name(name);
     let b = match seed {
-        Some(s) => b.membership(Seeds::new([s.to_string()])),
+        Some(s) => b.membership(Gossip::new([s.to_string()])),
         None => b,
     };
     let c = b.build().await.expect("node starts");

@@ -1,0 +1,237 @@
+//! `Gossip`: nodes join through seed addresses and keep their membership with SWIM.
+//!
+//! Every decision is the core's [`GossipEngine`] (see its module docs: SWIM probes on the `foca`
+//! crate, status broadcasts, the oldest `Up` reachable member leads with a term above every term
+//! heard). This module carries out its commands over the node's transport and publishes its
+//! views; it decides nothing.
+//!
+//! - Data for a member that is not down goes on the member's connection (the one the sharding
+//!   layer uses, so a member that cannot be probed is one whose traffic does not get through).
+//!   Data for a seed known by address only, or for a member held down (announces that find the
+//!   other side of a healed partition), goes on a short-lived connection of its own.
+//! - Gossip is lossy by design (SWIM repeats and probes indirectly): data that cannot be queued
+//!   is counted and dropped, never waited for.
+//!
+//! **No split-brain resolution yet.** Two sides of a partition each declare the other down and
+//! each elect a leader, so a shard can be hosted on both sides. Use gossip membership for
+//! development and single-host clusters; production clusters use a lease provider (etcd or NATS).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use shardline_core::gossip::{GossipCommand, GossipConfig, GossipEngine, GossipEvent, GossipId, GossipView};
+use shardline_core::NodeId;
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, info, warn};
+
+use super::{BoxFuture, ClusterView, Control, ControlHandle, MembershipHandle, MembershipProvider, ProviderContext};
+use crate::clock::Clock;
+use crate::error::ConfigError;
+use crate::transport::{Frame, Transport};
+
+/// Gossip membership joining through seed addresses. See the module docs.
+///
+/// ```
+/// use shardline::membership::Gossip;
+///
+/// // The first seed starts the cluster (after trying the others for a moment); every other
+/// // node joins through any seed that answers.
+/// let provider = Gossip::new(["10.0.0.1:7101", "10.0.0.2:7101"]).term_floor(42);
+/// # let _ = provider;
+/// ```
+#[derive(Clone, Debug)]
+pub struct Gossip {
+    seeds: Vec<String>,
+    config: GossipConfig,
+}
+
+impl Gossip {
+    /// Seed addresses (`host:port`). A node whose own address is the first seed starts a
+    /// cluster; with no seed at all, the node is a cluster of its own at once.
+    pub fn new<S: Into<String>>(seeds: impl IntoIterator<Item = S>) -> Self {
+        Gossip { seeds: seeds.into_iter().map(Into::into).collect(), config: GossipConfig::default() }
+    }
+
+    /// With settings (probe period, suspicion time, …).
+    pub fn with_config(mut self, config: GossipConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Leads only with terms above `floor`. Gossip keeps terms growing while any member lives;
+    /// a cluster restarted from scratch starts again from here. Set it to the journal's highest
+    /// fence term ([`Journal::highest_term`](crate::journal::Journal::highest_term)) or the
+    /// restarted cluster's writes would be fenced out by its own earlier incarnation.
+    pub fn term_floor(mut self, floor: u64) -> Self {
+        self.config.term_floor = floor;
+        self
+    }
+}
+
+/// Resolves seed addresses to the form members announce (`ip:port`); one that cannot be resolved
+/// is a configuration error.
+async fn resolve(seeds: &[String]) -> Result<Vec<String>, ConfigError> {
+    let mut out = Vec::new();
+    for s in seeds {
+        let resolved = tokio::net::lookup_host(s.as_str())
+            .await
+            .map_err(|e| ConfigError::Invalid { name: "seeds", reason: format!("{s}: {e}") })?
+            .next()
+            .ok_or_else(|| ConfigError::Invalid { name: "seeds", reason: format!("{s}: no address") })?;
+        out.push(resolved.to_string());
+    }
+    Ok(out)
+}
+
+/// The engine's randomness: different for every node incarnation.
+fn random_seed(me: &NodeId) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    me.hash(&mut h);
+    std::process::id().hash(&mut h);
+    h.finish()
+}
+
+impl MembershipProvider for Gossip {
+    fn start(self: Box<Self>, ctx: ProviderContext) -> BoxFuture<'static, Result<MembershipHandle, ConfigError>> {
+        Box::pin(async move {
+            let seeds = resolve(&self.seeds).await?;
+            let me = GossipId {
+                addr: ctx.addr.to_string(),
+                node: Some(ctx.me.clone()),
+                app_version: ctx.app_version.clone(),
+                roles: ctx.roles.clone(),
+                weight: ctx.weight,
+            };
+            let engine = GossipEngine::new(self.config.clone(), me, &seeds, ctx.clock.now_ms(), random_seed(&ctx.me))
+                .ok_or_else(|| ConfigError::Membership("gossip settings out of range".into()))?;
+            let (view_tx, views) = watch::channel(ClusterView::default());
+            let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
+            let driver = Driver { engine, clock: ctx.clock, transport: ctx.transport, view_tx, down: BTreeSet::new() };
+            tokio::spawn(driver.run(ctx.gossip, ctl_rx));
+            Ok(MembershipHandle { views, control: Arc::new(ControlHandle(ctl_tx)), lease: None, maps: None })
+        })
+    }
+}
+
+/// Carries out a [`GossipEngine`]'s commands.
+struct Driver {
+    engine: GossipEngine,
+    clock: Clock,
+    transport: Transport,
+    view_tx: watch::Sender<ClusterView>,
+    /// Members the last view holds down or removed: their connections are gone.
+    down: BTreeSet<NodeId>,
+}
+
+impl Driver {
+    async fn run(mut self, mut data: mpsc::Receiver<(NodeId, Vec<u8>)>, mut control: mpsc::UnboundedReceiver<Control>) {
+        loop {
+            self.carry_out();
+            let wake = self.engine.poll_timeout().map(|t| self.clock.at(t));
+            tokio::select! {
+                c = control.recv() => match c {
+                    Some(Control::Leave) => self.engine.handle_leave(self.clock.now_ms()),
+                    Some(Control::Exit) => {
+                        self.engine.handle_exit(self.clock.now_ms());
+                        // The goodbye goes out on the transport's queues; this node is done.
+                        self.carry_out();
+                        return;
+                    }
+                    Some(Control::Halt) | None => return,
+                },
+                d = data.recv() => match d {
+                    Some((_, bytes)) => self.engine.handle_data(self.clock.now_ms(), &bytes),
+                    None => return,
+                },
+                _ = sleep_until(wake) => self.engine.handle_timeout(self.clock.now_ms()),
+            }
+        }
+    }
+
+    fn carry_out(&mut self) {
+        while let Some(c) = self.engine.poll_command() {
+            match c {
+                GossipCommand::Send { to, data } => self.send(to, data),
+                GossipCommand::Publish(view) => self.publish(view),
+                GossipCommand::Log(event) => log(&event),
+            }
+        }
+    }
+
+    fn send(&self, to: GossipId, data: Vec<u8>) {
+        let addr: SocketAddr = match to.addr.parse() {
+            Ok(a) => a,
+            Err(e) => {
+                warn!(addr = %to.addr, error = %e, "gossip member with an unreadable address: not sent");
+                metrics::counter!("shardline_gossip_unsent_total").increment(1);
+                return;
+            }
+        };
+        match to.node {
+            Some(node) if !self.down.contains(&node) => {
+                self.transport.set_address(&node, addr);
+                if let Err(e) = self.transport.send(&node, Frame::Gossip(data)) {
+                    let why = match e {
+                        crate::transport::SendError::Full(_) => "queue full",
+                        crate::transport::SendError::NoRoute(_) => "no route",
+                    };
+                    debug!(%node, why, "gossip not queued (SWIM repeats it)");
+                    metrics::counter!("shardline_gossip_unsent_total").increment(1);
+                }
+            }
+            _ => {
+                let transport = self.transport.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = transport.send_to_address(addr, Frame::Gossip(data)).await {
+                        debug!(%addr, error = %e, "seed or downed member not reachable");
+                    }
+                });
+            }
+        }
+    }
+
+    fn publish(&mut self, v: GossipView) {
+        let mut addresses = BTreeMap::new();
+        for (node, addr) in &v.addresses {
+            match addr.parse() {
+                Ok(a) => {
+                    addresses.insert(node.clone(), a);
+                }
+                Err(e) => warn!(%node, %addr, error = %e, "member with an unreadable address: unreachable here"),
+            }
+        }
+        self.down = v.view.members().filter(|m| m.status.is_fenced()).map(|m| m.node.clone()).collect();
+        let view = ClusterView { view: v.view, leader: v.leader, addresses };
+        self.view_tx.send_if_modified(|old| {
+            if *old != view {
+                *old = view;
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn log(event: &GossipEvent) {
+    match event {
+        GossipEvent::Joined => info!("joined the cluster"),
+        GossipEvent::Leads { term } => info!(term, "this node leads the cluster"),
+        GossipEvent::MemberDown { node } => warn!(%node, "member declared down"),
+        GossipEvent::MemberLeft { node } => info!(%node, "member left the cluster"),
+        GossipEvent::DeclaredDown => warn!("this node was declared down by the cluster"),
+        GossipEvent::BadData { error } => {
+            warn!(%error, "gossip data that cannot be read: dropped");
+            metrics::counter!("shardline_gossip_bad_data_total").increment(1);
+        }
+    }
+}
