@@ -6,7 +6,10 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use shardline::transport::{Frame, PROTOCOL_VERSION};
+use shardline::transport::{Wire, PROTOCOL_VERSION};
+
+/// The handshake's frames, whatever the messages after it.
+type Frame = Wire<()>;
 use shardline::NodeId;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -95,15 +98,15 @@ async fn crashed_node_is_downed_and_its_shards_move() {
 #[derive(Default)]
 struct Recorder(std::sync::Mutex<Vec<String>>);
 
-impl shardline::transport::Inbound for Recorder {
-    fn on_frame(&self, _: &NodeId, _: Frame) {}
+impl shardline::transport::Inbound<String> for Recorder {
+    fn on_frame(&self, _: &NodeId, _: String) {}
     fn on_link_down(&self, peer: &NodeId) {
         self.0.lock().unwrap().push(format!("down {peer}"));
     }
-    fn on_undeliverable(&self, peer: &NodeId, _: Frame) {
+    fn on_undeliverable(&self, peer: &NodeId, _: String) {
         self.0.lock().unwrap().push(format!("undeliverable {peer}"));
     }
-    fn on_unsendable(&self, peer: &NodeId, _: Frame, _: shardline::TransportError) {
+    fn on_unsendable(&self, peer: &NodeId, _: String, _: shardline::TransportError) {
         self.0.lock().unwrap().push(format!("unsendable {peer}"));
     }
 }
@@ -136,18 +139,18 @@ async fn forgetting_a_peer_reports_its_link_down() {
         }
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let t = Transport::new(NodeId::new("me", 1), &listener, shardline::TransportConfig::new("test")).unwrap();
+    let t = Transport::<String>::new(NodeId::new("me", 1), &listener, shardline::TransportConfig::new("test")).unwrap();
     let rec = std::sync::Arc::new(Recorder::default());
     t.start(listener, rec.clone());
     t.set_address(&ghost, hole_addr);
-    t.send(&ghost, Frame::Refuse { reason: "swallowed".into() }).unwrap();
+    t.send(&ghost, "swallowed".to_string()).unwrap();
     tokio::time::timeout(Duration::from_secs(10), got.recv()).await.expect("the frame was written").unwrap();
     assert!(rec.0.lock().unwrap().is_empty(), "nothing failed: the sender cannot tell the frame was lost");
     // The membership declares the peer dead: the sender learns its link is down, and frames
     // for it come back at once.
     t.forget(&ghost);
     assert_eq!(*rec.0.lock().unwrap(), vec![format!("down {ghost}")]);
-    assert!(matches!(t.send(&ghost, Frame::Refuse { reason: "late".into() }), Err(SendError::NoRoute(_))));
+    assert!(matches!(t.send(&ghost, "late".to_string()), Err(SendError::NoRoute(_))));
 }
 
 /// A send queue of 4 frames to the peer overflows all the time under a burst of tells. A

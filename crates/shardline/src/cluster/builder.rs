@@ -15,7 +15,7 @@ use crate::membership::{ClusterView, Gossip, MembershipProvider, ProviderContext
 use crate::sharding::pending::Pending;
 use crate::transport::{Transport, TransportConfig};
 
-use super::dispatch::{sweep_pending, watch_membership, Dispatcher};
+use super::dispatch::{sweep_pending, watch_membership, Dispatcher, GossipLink};
 use super::{Cluster, NodeInner};
 
 /// Builds a [`Cluster`] node.
@@ -131,7 +131,7 @@ impl ClusterBuilder {
                 roles,
                 app_version: self.app_version.clone(),
                 weight: self.weight,
-                transport: transport.clone(),
+                peers: Arc::new(GossipLink(transport.clone())),
                 gossip: gossip_rx,
                 clock,
             })

@@ -9,40 +9,43 @@ use tokio::sync::watch;
 use tracing::warn;
 
 use crate::error::Error;
+use crate::error::TransportError;
 use crate::membership::ClusterView;
-use crate::transport::{Frame, Inbound};
+use crate::membership::{BoxFuture, PeerLink};
+use crate::sharding::message::{NodeTransport, PeerMessage};
+use crate::transport::Inbound;
 
 use super::{Cluster, NodeInner};
 
 pub(super) struct Dispatcher(pub(super) std::sync::Weak<NodeInner>);
 
-impl Inbound for Dispatcher {
-    fn on_frame(&self, from: &NodeId, frame: Frame) {
+impl Inbound<PeerMessage> for Dispatcher {
+    fn on_frame(&self, from: &NodeId, frame: PeerMessage) {
         let Some(inner) = self.0.upgrade() else { return };
         let cluster = Cluster { inner };
-        if !matches!(frame, Frame::Reply { .. } | Frame::Gossip(_)) {
+        if !matches!(frame, PeerMessage::Reply { .. } | PeerMessage::Gossip(_)) {
             cluster.fence_if_lapsed();
         }
         match frame {
-            Frame::Gossip(data) => {
+            PeerMessage::Gossip(data) => {
                 // Gossip is lossy by design (SWIM repeats and probes again): a full queue drops.
                 if cluster.inner.gossip_tx.try_send((from.clone(), data)).is_err() {
                     metrics::counter!("shardline_gossip_dropped_total").increment(1);
                 }
             }
-            Frame::ToCoordinator { type_key, msg } => {
+            PeerMessage::ToCoordinator { type_key, msg } => {
                 let c = cluster.inner.coordinators.lock().unwrap_or_else(|e| e.into_inner()).get(&type_key).cloned();
                 if let Some(c) = c {
                     c.on_frame(from, msg);
                 }
             }
-            Frame::ToRegion { type_key, msg } => match cluster.region(&type_key) {
+            PeerMessage::ToRegion { type_key, msg } => match cluster.region(&type_key) {
                 Some(r) => r.on_coordinator_frame(from, msg),
                 None => {
                     tracing::debug!(%type_key, peer = %from, "coordinator message for an entity type not registered here")
                 }
             },
-            Frame::Region { type_key, msg } => match cluster.region(&type_key) {
+            PeerMessage::Region { type_key, msg } => match cluster.region(&type_key) {
                 Some(r) => r.on_region_frame(from, msg),
                 None => {
                     warn!(%type_key, peer = %from, "message for an unknown entity type");
@@ -54,15 +57,12 @@ impl Inbound for Dispatcher {
                             ));
                             let _ = cluster
                                 .transport()
-                                .send(&addr.node, Frame::Reply { req_id: addr.req_id, result: Err(err) });
+                                .send(&addr.node, PeerMessage::Reply { req_id: addr.req_id, result: Err(err) });
                         }
                     }
                 }
             },
-            Frame::Reply { req_id, result } => cluster.inner.pending.complete(req_id, result),
-            Frame::Hello { .. } | Frame::HelloOk { .. } | Frame::Refuse { .. } => {
-                warn!(peer = %from, "handshake frame after the handshake: ignored")
-            }
+            PeerMessage::Reply { req_id, result } => cluster.inner.pending.complete(req_id, result),
         }
     }
 
@@ -73,39 +73,60 @@ impl Inbound for Dispatcher {
         }
     }
 
-    fn on_unsendable(&self, peer: &NodeId, frame: Frame, error: crate::TransportError) {
+    fn on_unsendable(&self, peer: &NodeId, frame: PeerMessage, error: crate::TransportError) {
         let Some(inner) = self.0.upgrade() else { return };
         let cluster = Cluster { inner };
         match frame {
             // Never written, so never processed: the asker may resend (a smaller message).
-            Frame::Region { msg: shardline_core::RegionMessage::Forward { msg, .. }, .. }
-            | Frame::Region { msg: shardline_core::RegionMessage::Bounce { msg, .. }, .. } => {
+            PeerMessage::Region { msg: shardline_core::RegionMessage::Forward { msg, .. }, .. }
+            | PeerMessage::Region { msg: shardline_core::RegionMessage::Bounce { msg, .. }, .. } => {
                 if let Some(addr) = msg.reply {
                     let err = Error::Rejected(format!("message to {} cannot be sent: {error}", msg.entity));
-                    let _ =
-                        cluster.transport().send(&addr.node, Frame::Reply { req_id: addr.req_id, result: Err(err) });
+                    let _ = cluster
+                        .transport()
+                        .send(&addr.node, PeerMessage::Reply { req_id: addr.req_id, result: Err(err) });
                 } else {
                     warn!(peer = %peer, entity = %msg.entity, %error, "a told message cannot be sent: dropped");
                 }
             }
             // The entity ran: its asker learns that the reply, not the message, was lost.
-            Frame::Reply { req_id, result: Ok(_) } => {
+            PeerMessage::Reply { req_id, result: Ok(_) } => {
                 let err = Error::ReplyLost(format!("the reply cannot be sent: {error}"));
-                let _ = cluster.transport().send(peer, Frame::Reply { req_id, result: Err(err) });
+                let _ = cluster.transport().send(peer, PeerMessage::Reply { req_id, result: Err(err) });
             }
             // Protocol frames are repeated on timers; the writer logged and counted this one.
             _ => {}
         }
     }
 
-    fn on_undeliverable(&self, peer: &NodeId, frame: Frame) {
+    fn on_undeliverable(&self, peer: &NodeId, frame: PeerMessage) {
         let Some(inner) = self.0.upgrade() else { return };
         let cluster = Cluster { inner };
-        if let Frame::Region { type_key, msg } = frame {
+        if let PeerMessage::Region { type_key, msg } = frame {
             if let Some(r) = cluster.region(&type_key) {
                 r.on_undeliverable(peer, msg);
             }
         }
+    }
+}
+
+/// The membership provider's way to its peers: its data as [`PeerMessage::Gossip`] on the node's
+/// transport.
+pub(super) struct GossipLink(pub(super) NodeTransport);
+
+impl PeerLink for GossipLink {
+    fn send(&self, node: &NodeId, addr: std::net::SocketAddr, data: Vec<u8>) -> Result<(), &'static str> {
+        self.0.set_address(node, addr);
+        self.0.send(node, PeerMessage::Gossip(data)).map_err(|e| e.reason())
+    }
+
+    fn send_to_address(
+        &self,
+        addr: std::net::SocketAddr,
+        data: Vec<u8>,
+    ) -> BoxFuture<'static, Result<NodeId, TransportError>> {
+        let transport = self.0.clone();
+        Box::pin(async move { transport.send_to_address(addr, PeerMessage::Gossip(data)).await })
     }
 }
 

@@ -26,14 +26,14 @@ use crate::entity::{Entity, EntitySettings};
 use crate::error::{ConfigError, Error};
 use crate::membership::{ClusterView, MembershipControl};
 use crate::sharding::coordinator::Coordinator;
+use crate::sharding::message::NodeTransport;
 use crate::sharding::pending::Pending;
 use crate::sharding::region::{Region, RegionDyn};
-use crate::transport::Transport;
 
 pub(crate) struct NodeInner {
     pub(super) me: NodeId,
     pub(super) addr: std::net::SocketAddr,
-    pub(super) transport: Transport,
+    pub(super) transport: NodeTransport,
     pub(super) clock: crate::clock::Clock,
     pub(super) proxy: bool,
     pub(super) regions: RwLock<HashMap<TypeKey, Arc<dyn RegionDyn>>>,
@@ -90,7 +90,7 @@ impl Cluster {
         self.inner.addr
     }
 
-    pub(crate) fn transport(&self) -> &Transport {
+    pub(crate) fn transport(&self) -> &NodeTransport {
         &self.inner.transport
     }
 

@@ -15,7 +15,7 @@ use super::{Entity, EntityContext};
 use crate::cluster::Cluster;
 use crate::error::Error;
 use crate::sharding::envelope::{Body, Envelope, ReplyAddr, ReplySender};
-use crate::transport::Frame;
+use crate::sharding::message::PeerMessage;
 
 /// How long an entity task stays after its last message before its state goes back to the map.
 pub(crate) const LINGER: Duration = Duration::from_millis(50);
@@ -313,7 +313,7 @@ pub(crate) fn fail<E: Entity>(cluster: &Cluster, env: Envelope<E>, err: Error) {
             let _ = tx.send(Err(err));
         }
         Body::Wire { reply: Some(addr), .. } => {
-            let _ = cluster.transport().send(&addr.node, Frame::Reply { req_id: addr.req_id, result: Err(err) });
+            let _ = cluster.transport().send(&addr.node, PeerMessage::Reply { req_id: addr.req_id, result: Err(err) });
         }
         _ => {}
     }
@@ -334,7 +334,8 @@ impl<E: Entity> InFlight<E> {
                 let _ = tx.send(Err(err));
             }
             InFlight::Remote(addr) => {
-                let _ = cluster.transport().send(&addr.node, Frame::Reply { req_id: addr.req_id, result: Err(err) });
+                let _ =
+                    cluster.transport().send(&addr.node, PeerMessage::Reply { req_id: addr.req_id, result: Err(err) });
             }
         }
     }
@@ -371,7 +372,7 @@ async fn process<E: Entity>(
                 Err(e) => Err(Error::Rejected(format!("cannot decode message for {}: {e}", ctx.id))),
             };
             if let Some(InFlight::Remote(addr)) = in_flight.take() {
-                let _ = cluster.transport().send(&addr.node, Frame::Reply { req_id: addr.req_id, result });
+                let _ = cluster.transport().send(&addr.node, PeerMessage::Reply { req_id: addr.req_id, result });
             }
         }
         Body::Retire | Body::Wake => {}

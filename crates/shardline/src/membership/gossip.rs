@@ -26,10 +26,10 @@ use shardline_core::NodeId;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
+use super::PeerLink;
 use super::{BoxFuture, ClusterView, Control, ControlHandle, MembershipHandle, MembershipProvider, ProviderContext};
 use crate::clock::Clock;
 use crate::error::ConfigError;
-use crate::transport::{Frame, Transport};
 
 /// Gossip membership joining through seed addresses. See the module docs.
 ///
@@ -108,7 +108,7 @@ impl MembershipProvider for Gossip {
                 .ok_or_else(|| ConfigError::Membership("gossip settings out of range".into()))?;
             let (view_tx, views) = watch::channel(ClusterView::default());
             let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
-            let driver = Driver { engine, clock: ctx.clock, transport: ctx.transport, view_tx, down: BTreeSet::new() };
+            let driver = Driver { engine, clock: ctx.clock, peers: ctx.peers, view_tx, down: BTreeSet::new() };
             tokio::spawn(driver.run(ctx.gossip, ctl_rx));
             Ok(MembershipHandle { views, control: Arc::new(ControlHandle(ctl_tx)), lease: None, maps: None })
         })
@@ -119,7 +119,7 @@ impl MembershipProvider for Gossip {
 struct Driver {
     engine: GossipEngine,
     clock: Clock,
-    transport: Transport,
+    peers: Arc<dyn PeerLink>,
     view_tx: watch::Sender<ClusterView>,
     /// Members the last view holds down or removed: their connections are gone.
     down: BTreeSet<NodeId>,
@@ -171,20 +171,15 @@ impl Driver {
         };
         match to.node {
             Some(node) if !self.down.contains(&node) => {
-                self.transport.set_address(&node, addr);
-                if let Err(e) = self.transport.send(&node, Frame::Gossip(data)) {
-                    let why = match e {
-                        crate::transport::SendError::Full(_) => "queue full",
-                        crate::transport::SendError::NoRoute(_) => "no route",
-                    };
+                if let Err(why) = self.peers.send(&node, addr, data) {
                     debug!(%node, why, "gossip not queued (SWIM repeats it)");
                     metrics::counter!("shardline_gossip_unsent_total").increment(1);
                 }
             }
             _ => {
-                let transport = self.transport.clone();
+                let sent = self.peers.send_to_address(addr, data);
                 tokio::spawn(async move {
-                    if let Err(e) = transport.send_to_address(addr, Frame::Gossip(data)).await {
+                    if let Err(e) = sent.await {
                         debug!(%addr, error = %e, "seed or downed member not reachable");
                     }
                 });

@@ -18,8 +18,7 @@ use std::time::Instant;
 use shardline_core::{MembershipView, NodeId, Term};
 use tokio::sync::{mpsc, watch};
 
-use crate::error::ConfigError;
-use crate::transport::Transport;
+use crate::error::{ConfigError, TransportError};
 
 pub use gossip::Gossip;
 pub use shardline_core::gossip::GossipConfig;
@@ -54,12 +53,25 @@ pub struct ProviderContext {
     pub app_version: String,
     /// Its weight.
     pub weight: u32,
-    /// The node's transport, for providers that talk to peers.
-    pub transport: Transport,
+    /// How the provider reaches its peers (for providers that talk to them).
+    pub peers: Arc<dyn PeerLink>,
     /// Membership data peers sent to the provider (gossip), with the sender.
     pub gossip: mpsc::Receiver<(NodeId, Vec<u8>)>,
     /// The node's clock, which every driver of the node reads.
     pub clock: crate::clock::Clock,
+}
+
+/// How a provider reaches its peers: its data, opaque to the layers below, goes over the node's
+/// transport, and comes back to the provider of the receiving node
+/// ([`ProviderContext::gossip`]).
+pub trait PeerLink: Send + Sync + 'static {
+    /// Queues `data` for `node`, listening at `addr`, on this node's connection to it (the one
+    /// the sharding layer uses). Gossip is lossy by design: data that cannot be queued comes
+    /// back as an error saying why, and is not retried.
+    fn send(&self, node: &NodeId, addr: SocketAddr, data: Vec<u8>) -> Result<(), &'static str>;
+    /// Sends `data` to whatever node listens at `addr` (a seed known by address, a member held
+    /// down), on a short-lived connection of its own. Resolves to the node that answered.
+    fn send_to_address(&self, addr: SocketAddr, data: Vec<u8>) -> BoxFuture<'static, Result<NodeId, TransportError>>;
 }
 
 /// A running provider: its views and how to leave.

@@ -18,8 +18,8 @@ use tracing::{debug, info, warn};
 use crate::cluster::Cluster;
 use crate::entity::{EntitySettings, StrategyKind};
 use crate::membership::lease::{MapStoreError, ShardMaps};
+use crate::sharding::message::PeerMessage;
 use crate::sharding::wakeup::{self, Timed, Wakeup};
-use crate::transport::Frame;
 
 pub(crate) struct Coordinator {
     pub type_key: TypeKey,
@@ -146,7 +146,7 @@ impl Coordinator {
                         let _ = self
                             .cluster
                             .transport()
-                            .send(&to, Frame::ToRegion { type_key: self.type_key.clone(), msg });
+                            .send(&to, PeerMessage::ToRegion { type_key: self.type_key.clone(), msg });
                     }
                 }
             }

@@ -16,8 +16,9 @@ use crate::cluster::Cluster;
 use crate::entity::host::{fail, HostEnv, ShardHost};
 use crate::entity::{Entity, EntitySettings, ShardClaim};
 use crate::error::Error;
+use crate::sharding::message::PeerMessage;
 use crate::sharding::wakeup::{self, Timed, Wakeup};
-use crate::transport::{Frame, SendError};
+use crate::transport::SendError;
 
 struct State<E: Entity> {
     engine: RegionEngine<Envelope<E>>,
@@ -130,7 +131,7 @@ impl<E: Entity> Region<E> {
                                 jammed.push((to, wire));
                                 continue;
                             }
-                            let frame = Frame::Region { type_key: self.type_key.clone(), msg: wire };
+                            let frame = PeerMessage::Region { type_key: self.type_key.clone(), msg: wire };
                             match self.cluster.transport().send(&to, frame) {
                                 Ok(()) => {}
                                 Err(SendError::Full(f)) => match *f {
@@ -138,7 +139,7 @@ impl<E: Entity> Region<E> {
                                     // up (see `handle_send_queue_full`): nothing lost, order
                                     // kept. The region's bounded buffer turns a lasting jam
                                     // into `Overloaded` for new senders.
-                                    Frame::Region { msg: msg @ RegionMessage::Forward { .. }, .. } => {
+                                    PeerMessage::Region { msg: msg @ RegionMessage::Forward { .. }, .. } => {
                                         metrics::counter!("shardline_region_send_queue_full_total").increment(1);
                                         jammed.push((to, msg));
                                     }
@@ -147,7 +148,7 @@ impl<E: Entity> Region<E> {
                                     frame => self.cluster.transport().send_when_ready(&to, frame),
                                 },
                                 Err(e) => {
-                                    if let Frame::Region { msg, .. } = e.into_frame() {
+                                    if let PeerMessage::Region { msg, .. } = e.into_frame() {
                                         returned.push((to, msg));
                                     }
                                 }
@@ -158,7 +159,7 @@ impl<E: Entity> Region<E> {
                         let _ = self
                             .cluster
                             .transport()
-                            .send(&to, Frame::ToCoordinator { type_key: self.type_key.clone(), msg });
+                            .send(&to, PeerMessage::ToCoordinator { type_key: self.type_key.clone(), msg });
                     }
                     RegionCommand::StartShard { shard, epoch, handover } => {
                         let claim = self

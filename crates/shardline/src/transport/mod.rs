@@ -1,4 +1,5 @@
-//! Layer 1: framed TCP between nodes.
+//! Layer 1: framed TCP between nodes, generic over the messages it carries: it encodes and
+//! decodes them, and knows nothing else of them or of the layers above.
 //!
 //! Each node dials each peer it sends to and keeps that connection for all of its traffic to
 //! that peer (every entity type, requests and replies). It reads whatever peers send on the
@@ -19,8 +20,8 @@
 //!   reached, its queued and new frames are handed back at once as undeliverable, so the
 //!   sharding layer can reroute them.
 
-pub mod frame;
 mod peer;
+pub mod wire;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -32,8 +33,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, warn};
 
-pub use frame::{Frame, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
 pub use peer::SendError;
+pub use wire::{Payload, Wire, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
 
 use crate::error::TransportError;
 
@@ -70,41 +71,53 @@ impl TransportConfig {
 
 /// Receives what the transport reads and notices. Called from transport tasks: implementations
 /// must not block.
-pub trait Inbound: Send + Sync + 'static {
-    /// A frame from `from`.
-    fn on_frame(&self, from: &NodeId, frame: Frame);
+pub trait Inbound<M>: Send + Sync + 'static {
+    /// A message from `from`.
+    fn on_frame(&self, from: &NodeId, msg: M);
     /// The connection to `peer` broke, or `peer` connected to us again (so frames it sent
     /// earlier may be lost).
     fn on_link_down(&self, peer: &NodeId);
     /// A frame for `peer` could not be written at all: it was not delivered.
-    fn on_undeliverable(&self, peer: &NodeId, frame: Frame);
+    fn on_undeliverable(&self, peer: &NodeId, msg: M);
     /// A frame for `peer` can never be sent: it cannot be encoded, or it is larger than
     /// `max_frame`. It was dropped (resending it would fail the same way); its sender must be
     /// told.
-    fn on_unsendable(&self, peer: &NodeId, frame: Frame, error: TransportError);
+    fn on_unsendable(&self, peer: &NodeId, msg: M, error: TransportError);
 }
 
-pub(crate) struct Shared {
+pub(crate) struct Shared<M> {
     pub me: NodeId,
     pub config: TransportConfig,
-    pub handler: OnceLock<Arc<dyn Inbound>>,
+    pub handler: OnceLock<Arc<dyn Inbound<M>>>,
 }
 
-/// The node's transport: a listener and one writer per peer.
-#[derive(Clone)]
-pub struct Transport {
-    shared: Arc<Shared>,
-    peers: Arc<Mutex<HashMap<NodeId, peer::Peer>>>,
+/// The node's transport: a listener and one writer per peer, carrying messages of type `M`.
+pub struct Transport<M> {
+    shared: Arc<Shared<M>>,
+    peers: Arc<Mutex<HashMap<NodeId, peer::Peer<M>>>>,
     tasks: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
-    /// Frames to this node itself: handled by their own task, in order, never re-entrantly.
-    loopback: tokio::sync::mpsc::Sender<Frame>,
-    loopback_rx: Arc<Mutex<Option<tokio::sync::mpsc::Receiver<Frame>>>>,
+    /// Messages to this node itself: handled by their own task, in order, never re-entrantly.
+    loopback: tokio::sync::mpsc::Sender<M>,
+    loopback_rx: Arc<Mutex<Option<tokio::sync::mpsc::Receiver<M>>>>,
     local_addr: SocketAddr,
 }
 
-impl Transport {
+impl<M> Clone for Transport<M> {
+    fn clone(&self) -> Self {
+        Transport {
+            shared: self.shared.clone(),
+            peers: self.peers.clone(),
+            tasks: self.tasks.clone(),
+            loopback: self.loopback.clone(),
+            loopback_rx: self.loopback_rx.clone(),
+            local_addr: self.local_addr,
+        }
+    }
+}
+
+impl<M: Payload> Transport<M> {
     /// A transport for node `me` serving on a bound listener.
-    pub fn new(me: NodeId, listener: &TcpListener, config: TransportConfig) -> Result<Transport, std::io::Error> {
+    pub fn new(me: NodeId, listener: &TcpListener, config: TransportConfig) -> Result<Transport<M>, std::io::Error> {
         let local_addr = listener.local_addr()?;
         let (loopback, rx) = tokio::sync::mpsc::channel(config.send_queue.max(1));
         let shared = Arc::new(Shared { me, config, handler: OnceLock::new() });
@@ -137,7 +150,7 @@ impl Transport {
     }
 
     /// Starts accepting connections; frames go to `handler`.
-    pub fn start(&self, listener: TcpListener, handler: Arc<dyn Inbound>) {
+    pub fn start(&self, listener: TcpListener, handler: Arc<dyn Inbound<M>>) {
         let _ = self.shared.handler.set(handler);
         let shared = self.shared.clone();
         let tasks = self.tasks.clone();
@@ -203,8 +216,8 @@ impl Transport {
         }
     }
 
-    /// Queues a frame for `to` (this node included).
-    pub fn send(&self, to: &NodeId, frame: Frame) -> Result<(), SendError> {
+    /// Queues a message for `to` (this node included).
+    pub fn send(&self, to: &NodeId, frame: M) -> Result<(), SendError<M>> {
         if to == &self.shared.me {
             return self.loopback.try_send(frame).map_err(|e| match e {
                 tokio::sync::mpsc::error::TrySendError::Full(f) => SendError::Full(Box::new(f)),
@@ -222,7 +235,7 @@ impl Transport {
     /// protocol frames (drain markers, their answers, bounces) that must not be lost to a
     /// momentary burst: they are bounded by the messages that caused them. A frame for a peer
     /// that is gone comes back as undeliverable.
-    pub fn send_when_ready(&self, to: &NodeId, frame: Frame) {
+    pub fn send_when_ready(&self, to: &NodeId, frame: M) {
         let tx = if to == &self.shared.me {
             Some(self.loopback.clone())
         } else {
@@ -241,15 +254,15 @@ impl Transport {
         });
     }
 
-    /// Sends one frame to an address whose node is not known yet (e.g. a seed), on a short-lived
-    /// connection. Returns the node that answered.
-    pub async fn send_to_address(&self, addr: SocketAddr, frame: Frame) -> Result<NodeId, TransportError> {
+    /// Sends one message to an address whose node is not known yet (e.g. a seed), on a
+    /// short-lived connection. Returns the node that answered.
+    pub async fn send_to_address(&self, addr: SocketAddr, msg: M) -> Result<NodeId, TransportError> {
         let timeout = self.shared.config.connect_timeout;
         let (mut stream, node) = tokio::time::timeout(timeout, dial(addr, None, &self.shared))
             .await
             .map_err(|_| TransportError::HandshakeTimeout)??;
         let mut buf = Vec::new();
-        frame.encode_into(&mut buf)?;
+        wire::append_message(&msg, &mut buf, self.shared.config.max_frame)?;
         stream.write_all(&buf).await?;
         stream.flush().await?;
         Ok(node)
@@ -257,14 +270,14 @@ impl Transport {
 }
 
 /// Dials `addr` and completes the handshake as the dialer.
-pub(crate) async fn dial(
+pub(crate) async fn dial<M: Payload>(
     addr: SocketAddr,
     expect: Option<&NodeId>,
-    shared: &Shared,
+    shared: &Shared<M>,
 ) -> Result<(TcpStream, NodeId), TransportError> {
     let mut stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
-    let hello = Frame::Hello {
+    let hello = Wire::<M>::Hello {
         protocol: PROTOCOL_VERSION,
         cluster: shared.config.cluster.clone(),
         from: shared.me.clone(),
@@ -273,8 +286,8 @@ pub(crate) async fn dial(
     let mut buf = Vec::new();
     hello.encode_into(&mut buf)?;
     stream.write_all(&buf).await?;
-    match read_frame(&mut stream, shared.config.max_frame).await? {
-        Frame::HelloOk { node } => {
+    match read_frame::<M, _>(&mut stream, shared.config.max_frame).await? {
+        Wire::HelloOk { node } => {
             if let Some(e) = expect {
                 if &node != e {
                     return Err(TransportError::WrongNode { expected: e.to_string(), found: node.to_string() });
@@ -282,26 +295,16 @@ pub(crate) async fn dial(
             }
             Ok((stream, node))
         }
-        Frame::Refuse { reason } => Err(TransportError::Refused(reason)),
-        other => Err(TransportError::Decode(format!("expected HelloOk, got {:?}", kind(&other)))),
-    }
-}
-
-fn kind(f: &Frame) -> &'static str {
-    match f {
-        Frame::Hello { .. } => "Hello",
-        Frame::HelloOk { .. } => "HelloOk",
-        Frame::Refuse { .. } => "Refuse",
-        Frame::Gossip(_) => "Gossip",
-        Frame::ToCoordinator { .. } => "ToCoordinator",
-        Frame::ToRegion { .. } => "ToRegion",
-        Frame::Region { .. } => "Region",
-        Frame::Reply { .. } => "Reply",
+        Wire::Refuse { reason } => Err(TransportError::Refused(reason)),
+        other => Err(TransportError::Decode(format!("expected HelloOk, got {}", other.kind()))),
     }
 }
 
 /// Reads one length-prefixed frame, enforcing the size limit before allocating.
-pub(crate) async fn read_frame<R: AsyncReadExt + Unpin>(r: &mut R, max: usize) -> Result<Frame, TransportError> {
+pub(crate) async fn read_frame<M: Payload, R: AsyncReadExt + Unpin>(
+    r: &mut R,
+    max: usize,
+) -> Result<Wire<M>, TransportError> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len).await?;
     let len = u32::from_be_bytes(len) as usize;
@@ -310,17 +313,18 @@ pub(crate) async fn read_frame<R: AsyncReadExt + Unpin>(r: &mut R, max: usize) -
     }
     let mut body = vec![0u8; len];
     r.read_exact(&mut body).await?;
-    Frame::decode(&body)
+    Wire::decode(&body)
 }
 
 /// Serves one inbound connection: handshake as the acceptor, then read frames until it closes.
-async fn serve(mut stream: TcpStream, shared: &Shared) -> Result<(), TransportError> {
+async fn serve<M: Payload>(mut stream: TcpStream, shared: &Shared<M>) -> Result<(), TransportError> {
     stream.set_nodelay(true)?;
-    let hello = tokio::time::timeout(shared.config.connect_timeout, read_frame(&mut stream, shared.config.max_frame))
-        .await
-        .map_err(|_| TransportError::HandshakeTimeout)??;
+    let hello =
+        tokio::time::timeout(shared.config.connect_timeout, read_frame::<M, _>(&mut stream, shared.config.max_frame))
+            .await
+            .map_err(|_| TransportError::HandshakeTimeout)??;
     let (from, by_address, refusal) = match hello {
-        Frame::Hello { protocol, cluster, from, to } => {
+        Wire::Hello { protocol, cluster, from, to } => {
             let by_address = to.is_none();
             let refusal = if protocol != PROTOCOL_VERSION {
                 Some(TransportError::ProtocolMismatch { ours: PROTOCOL_VERSION, theirs: protocol })
@@ -337,17 +341,17 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> Result<(), TransportEr
             (from, by_address, refusal)
         }
         other => {
-            (shared.me.clone(), true, Some(TransportError::Decode(format!("expected Hello, got {}", kind(&other)))))
+            (shared.me.clone(), true, Some(TransportError::Decode(format!("expected Hello, got {}", other.kind()))))
         }
     };
     let mut buf = Vec::new();
     if let Some(e) = refusal {
         warn!(peer = %from, error = %e, "refusing connection");
-        Frame::Refuse { reason: e.to_string() }.encode_into(&mut buf)?;
+        Wire::<M>::Refuse { reason: e.to_string() }.encode_into(&mut buf)?;
         let _ = stream.write_all(&buf).await;
         return Err(e);
     }
-    Frame::HelloOk { node: shared.me.clone() }.encode_into(&mut buf)?;
+    Wire::<M>::HelloOk { node: shared.me.clone() }.encode_into(&mut buf)?;
     stream.write_all(&buf).await?;
     let Some(handler) = shared.handler.get() else { return Ok(()) };
     // A new connection from a peer means its previous one (if any) broke. Not so for a dial by
@@ -358,8 +362,14 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> Result<(), TransportEr
     }
     let mut reader = tokio::io::BufReader::with_capacity(64 * 1024, stream);
     loop {
-        match read_frame(&mut reader, shared.config.max_frame).await {
-            Ok(frame) => handler.on_frame(&from, frame),
+        match read_frame::<M, _>(&mut reader, shared.config.max_frame).await {
+            Ok(Wire::Message(msg)) => handler.on_frame(&from, msg),
+            Ok(other) => {
+                let e = TransportError::Decode(format!("{} after the handshake", other.kind()));
+                warn!(peer = %from, error = %e, "closing connection");
+                metrics::counter!("shardline_transport_bad_frames_total").increment(1);
+                return Err(e);
+            }
             Err(TransportError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(e) => {
                 warn!(peer = %from, error = %e, "closing connection");

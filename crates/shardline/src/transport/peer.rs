@@ -9,42 +9,50 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use super::{dial, Frame, Shared};
+use super::{dial, wire, Payload, Shared};
 
-/// Why a frame was not queued. The frame comes back.
+/// Why a message was not queued. The message comes back.
 #[derive(Debug)]
-pub enum SendError {
+pub enum SendError<M> {
     /// The peer's queue is full.
-    Full(Box<Frame>),
+    Full(Box<M>),
     /// No address is known for the peer.
-    NoRoute(Box<Frame>),
+    NoRoute(Box<M>),
 }
 
-impl SendError {
-    /// The frame that was not sent.
-    pub fn into_frame(self) -> Frame {
+impl<M> SendError<M> {
+    /// The message that was not sent.
+    pub fn into_frame(self) -> M {
         match self {
             SendError::Full(f) | SendError::NoRoute(f) => *f,
         }
     }
+
+    /// Why, for logs.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            SendError::Full(_) => "the peer's queue is full",
+            SendError::NoRoute(_) => "no route to the peer",
+        }
+    }
 }
 
-pub(crate) struct Peer {
-    tx: mpsc::Sender<Frame>,
+pub(crate) struct Peer<M> {
+    tx: mpsc::Sender<M>,
 }
 
-impl Peer {
-    pub fn spawn(node: NodeId, addr: SocketAddr, shared: Arc<Shared>) -> Peer {
+impl<M: Payload> Peer<M> {
+    pub fn spawn(node: NodeId, addr: SocketAddr, shared: Arc<Shared<M>>) -> Peer<M> {
         let (tx, rx) = mpsc::channel(shared.config.send_queue.max(1));
         tokio::spawn(run(node, addr, shared, rx));
         Peer { tx }
     }
 
-    pub fn sender(&self) -> mpsc::Sender<Frame> {
+    pub fn sender(&self) -> mpsc::Sender<M> {
         self.tx.clone()
     }
 
-    pub fn send(&self, frame: Frame) -> Result<(), SendError> {
+    pub fn send(&self, frame: M) -> Result<(), SendError<M>> {
         self.tx.try_send(frame).map_err(|e| match e {
             mpsc::error::TrySendError::Full(f) => SendError::Full(Box::new(f)),
             mpsc::error::TrySendError::Closed(f) => SendError::NoRoute(Box::new(f)),
@@ -60,7 +68,7 @@ fn jitter(seed: &mut u64, max: Duration) -> Duration {
     Duration::from_millis(*seed % (max.as_millis() as u64 / 4 + 1))
 }
 
-async fn run(node: NodeId, addr: SocketAddr, shared: Arc<Shared>, mut rx: mpsc::Receiver<Frame>) {
+async fn run<M: Payload>(node: NodeId, addr: SocketAddr, shared: Arc<Shared<M>>, mut rx: mpsc::Receiver<M>) {
     let mut backoff = shared.config.backoff_initial;
     let mut seed = node.incarnation ^ 0x9E37_79B9_7F4A_7C15 ^ u64::from(addr.port());
     let mut buf = Vec::with_capacity(64 * 1024);
@@ -103,14 +111,14 @@ async fn run(node: NodeId, addr: SocketAddr, shared: Arc<Shared>, mut rx: mpsc::
             };
             buf.clear();
             let max = shared.config.max_frame;
-            if let Err(e) = frame.encode_within(&mut buf, max) {
+            if let Err(e) = wire::append_message(&frame, &mut buf, max) {
                 unsendable(&node, &shared, frame, e);
                 continue;
             }
             while buf.len() < 256 * 1024 {
                 match rx.try_recv() {
                     Ok(f) => {
-                        if let Err(e) = f.encode_within(&mut buf, max) {
+                        if let Err(e) = wire::append_message(&f, &mut buf, max) {
                             unsendable(&node, &shared, f, e);
                         }
                     }
@@ -133,7 +141,7 @@ async fn run(node: NodeId, addr: SocketAddr, shared: Arc<Shared>, mut rx: mpsc::
 }
 
 /// A frame that can never be sent: logged, counted, and handed to the node to tell its sender.
-fn unsendable(node: &NodeId, shared: &Shared, frame: Frame, error: super::TransportError) {
+fn unsendable<M: Payload>(node: &NodeId, shared: &Shared<M>, frame: M, error: super::TransportError) {
     warn!(peer = %node, %error, "frame cannot be sent: dropped, its sender is told");
     metrics::counter!("shardline_transport_unsendable_frames_total").increment(1);
     if let Some(h) = shared.handler.get() {
@@ -143,11 +151,11 @@ fn unsendable(node: &NodeId, shared: &Shared, frame: Frame, error: super::Transp
 
 /// Hands frames back as undeliverable (the first one, then whatever arrives) for `wait`, then
 /// reports the link down. Returns false when the peer was forgotten.
-async fn give_back_until(
+async fn give_back_until<M: Payload>(
     node: &NodeId,
-    shared: &Shared,
-    rx: &mut mpsc::Receiver<Frame>,
-    first: Option<Frame>,
+    shared: &Shared<M>,
+    rx: &mut mpsc::Receiver<M>,
+    first: Option<M>,
     wait: Duration,
 ) -> bool {
     let Some(h) = shared.handler.get() else { return true };

@@ -23,6 +23,7 @@ use tracing::{debug, info, warn};
 
 use super::shard_maps::ShardMaps;
 use super::store::{CoordinationStore, Entry};
+use crate::clock::Clock;
 use crate::error::ConfigError;
 use crate::membership::{
     BoxFuture, ClusterView, Control, ControlHandle, HostingLease, MembershipHandle, MembershipProvider, ProviderContext,
@@ -189,18 +190,16 @@ impl MembershipProvider for Leases {
             // The store must answer at start: a backend that is down is a clear error.
             self.store.list(&keys.members_prefix).await.map_err(|e| ConfigError::Membership(e.to_string()))?;
             let maps = ShardMaps::new(self.store.clone(), &self.cluster);
-            let origin = Instant::now();
-            let engine = LeaseEngine::new(config, keys, me, 0)
+            let engine = LeaseEngine::new(config, keys, me, ctx.clock.now_ms())
                 .map_err(|e| ConfigError::Invalid { name: "ttl", reason: e.to_string() })?;
             let lease = HostingLease::new();
             let (view_tx, views) = watch::channel(ClusterView::default());
             let mut driver = Driver {
                 engine,
                 store: self.store.clone(),
-                origin,
+                clock: ctx.clock,
                 lease: lease.clone(),
                 view_tx,
-                transport: ctx.transport.clone(),
                 in_flight: None,
             };
             // The first rounds (member key, leadership, members) before the node goes on, so that
@@ -226,21 +225,20 @@ type InFlight = (u64, BoxFuture<'static, StoreAnswer>);
 struct Driver {
     engine: LeaseEngine,
     store: Arc<dyn CoordinationStore>,
-    /// The engine's time 0.
-    origin: Instant,
+    /// The node's clock.
+    clock: Clock,
     lease: HostingLease,
     view_tx: watch::Sender<ClusterView>,
-    transport: crate::transport::Transport,
     in_flight: Option<InFlight>,
 }
 
 impl Driver {
     fn now(&self) -> u64 {
-        self.origin.elapsed().as_millis().min(u128::from(u64::MAX)) as u64
+        self.clock.now_ms()
     }
 
     fn at(&self, ms: u64) -> Instant {
-        self.origin + Duration::from_millis(ms)
+        self.clock.at(ms)
     }
 
     /// Carries out every command waiting.
@@ -350,11 +348,6 @@ impl Driver {
             }
         }
         let v = ClusterView { view: v.view, leader: v.leader, addresses };
-        for (n, a) in &v.addresses {
-            if !v.is_fenced(n) {
-                self.transport.set_address(n, *a);
-            }
-        }
         self.view_tx.send_if_modified(|old| {
             if *old != v {
                 *old = v;

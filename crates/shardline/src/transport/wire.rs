@@ -1,0 +1,166 @@
+//! Frames on the wire: a 4-byte big-endian length, then a postcard-encoded [`Wire`]: the
+//! handshake, then the messages of the layer above, which the transport does not look into.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize, Serializer};
+use shardline_core::NodeId;
+
+use crate::error::TransportError;
+
+/// Version of the wire protocol; peers with another version are refused.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Default largest frame (8 MiB).
+pub const DEFAULT_MAX_FRAME: usize = 8 * 1024 * 1024;
+
+/// What a message type needs to travel: the transport encodes and decodes it, nothing more.
+pub trait Payload: Serialize + DeserializeOwned + Send + 'static {}
+
+impl<M: Serialize + DeserializeOwned + Send + 'static> Payload for M {}
+
+/// One frame: the handshake's three kinds, then messages of the layer above.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Wire<M> {
+    /// First frame of a connection, from the dialer.
+    Hello {
+        /// Wire protocol version.
+        protocol: u32,
+        /// Cluster name.
+        cluster: String,
+        /// The dialer.
+        from: NodeId,
+        /// The node the dialer wants (None when dialing an address, e.g. a seed).
+        to: Option<NodeId>,
+    },
+    /// The handshake is accepted.
+    HelloOk {
+        /// The accepting node.
+        node: NodeId,
+    },
+    /// The handshake is refused; the connection closes.
+    Refuse {
+        /// Why.
+        reason: String,
+    },
+    /// A message of the layer above.
+    Message(M),
+}
+
+/// Index of [`Wire::Message`] among the variants (postcard writes it before the content).
+const MESSAGE_VARIANT: u32 = 3;
+
+impl<M: Payload> Wire<M> {
+    /// Appends the length-prefixed encoding of the frame to `buf`. On error `buf` is left as it
+    /// was, so frames already in it (a coalesced batch) are kept.
+    pub fn encode_into(&self, buf: &mut Vec<u8>) -> Result<(), TransportError> {
+        append_framed(self, buf, usize::MAX)
+    }
+
+    /// Decodes a frame body (without its length prefix).
+    pub fn decode(body: &[u8]) -> Result<Wire<M>, TransportError> {
+        postcard::from_bytes(body).map_err(|e| TransportError::Decode(e.to_string()))
+    }
+
+    /// The frame's kind, for logs (never its content).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Wire::Hello { .. } => "Hello",
+            Wire::HelloOk { .. } => "HelloOk",
+            Wire::Refuse { .. } => "Refuse",
+            Wire::Message(_) => "Message",
+        }
+    }
+}
+
+/// Encodes `msg` as a [`Wire::Message`] without moving it into one; refuses a body over `max`
+/// bytes (the peer would close the connection on it, losing every frame behind it).
+pub(crate) fn append_message<M: Serialize>(msg: &M, buf: &mut Vec<u8>, max: usize) -> Result<(), TransportError> {
+    append_framed(&MessageRef(msg), buf, max)
+}
+
+/// Serializes exactly as `Wire::Message(m)` does, from a reference.
+struct MessageRef<'a, M>(&'a M);
+
+impl<M: Serialize> Serialize for MessageRef<'_, M> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_newtype_variant("Wire", MESSAGE_VARIANT, "Message", self.0)
+    }
+}
+
+/// Appends `value` with a 4-byte big-endian length prefix; on any error truncates `buf` back.
+fn append_framed<T: Serialize>(value: &T, buf: &mut Vec<u8>, max: usize) -> Result<(), TransportError> {
+    let start = buf.len();
+    buf.extend_from_slice(&[0; 4]);
+    if let Err(e) = postcard::to_extend(value, Appender(buf)) {
+        buf.truncate(start);
+        return Err(TransportError::Encode(e.to_string()));
+    }
+    let len = buf.len() - start - 4;
+    let Some(prefix) = u32::try_from(len).ok().filter(|_| len <= max) else {
+        buf.truncate(start);
+        return Err(TransportError::FrameTooLarge { len, max: max.min(u32::MAX as usize) });
+    };
+    buf[start..start + 4].copy_from_slice(&prefix.to_be_bytes());
+    Ok(())
+}
+
+/// Lets postcard write into a borrowed buffer, which stays ours if encoding fails half-way.
+struct Appender<'a>(&'a mut Vec<u8>);
+
+impl Extend<u8> for Appender<'_> {
+    fn extend<I: IntoIterator<Item = u8>>(&mut self, iter: I) {
+        self.0.extend(iter);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Unencodable;
+
+    impl Serialize for Unencodable {
+        fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+            Err(serde::ser::Error::custom("refused on purpose"))
+        }
+    }
+
+    fn body(buf: &[u8]) -> (&[u8], &[u8]) {
+        let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+        (&buf[4..4 + len], &buf[4 + len..])
+    }
+
+    /// A message encoded by reference is the frame `Wire::Message` would be.
+    #[test]
+    fn a_message_by_reference_encodes_as_the_message_frame() {
+        let msg = (7u64, "seven".to_string());
+        let mut by_ref = Vec::new();
+        append_message(&msg, &mut by_ref, usize::MAX).unwrap();
+        let mut owned = Vec::new();
+        Wire::Message(msg.clone()).encode_into(&mut owned).unwrap();
+        assert_eq!(by_ref, owned);
+        match Wire::<(u64, String)>::decode(body(&by_ref).0).unwrap() {
+            Wire::Message(m) => assert_eq!(m, msg),
+            other => panic!("{}", other.kind()),
+        }
+    }
+
+    /// One bad frame in a coalesced batch costs that frame only.
+    #[test]
+    fn a_frame_that_fails_to_encode_leaves_the_batch_intact() {
+        let mut buf = Vec::new();
+        append_message(&"first".to_string(), &mut buf, usize::MAX).unwrap();
+        let before = buf.clone();
+        let err = append_message(&Unencodable, &mut buf, usize::MAX).unwrap_err();
+        assert!(matches!(err, TransportError::Encode(_)), "{err:?}");
+        assert_eq!(buf, before);
+        let err = append_message(&"x".repeat(100), &mut buf, 64).unwrap_err();
+        assert!(matches!(err, TransportError::FrameTooLarge { max: 64, .. }), "{err:?}");
+        assert_eq!(buf, before);
+        append_message(&"second".to_string(), &mut buf, 64).unwrap();
+        match Wire::<String>::decode(body(body(&buf).1).0).unwrap() {
+            Wire::Message(m) => assert_eq!(m, "second"),
+            other => panic!("{}", other.kind()),
+        }
+    }
+}
