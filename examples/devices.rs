@@ -59,7 +59,7 @@ impl Entity for Device {
 
 fn tell_home(ctx: &EntityContext, cmd: HomeCmd) {
     let home = home_of(ctx.id().as_str()).to_string();
-    if let Some(homes) = ctx.cluster().handle::<Home>() {
+    if let Some(homes) = ctx.entities().handle::<Home>() {
         if let Err(e) = homes.entity_ref(&home).tell(cmd) {
             eprintln!("{home} not told: {e}");
         }

@@ -43,9 +43,10 @@ pub(crate) mod sharding;
 pub mod transport;
 
 pub use clock::Clock;
-pub use cluster::{Cluster, ClusterBuilder, EntityHandle, EntityRef};
+pub use cluster::{Cluster, ClusterBuilder};
 pub use entity::{
-    Entity, EntityContext, EntitySettings, EventSourced, EventSourcedHandle, EventSourcedSettings, StrategyKind,
+    Entities, Entity, EntityContext, EntityHandle, EntityRef, EntitySettings, EventSourced, EventSourcedHandle,
+    EventSourcedSettings, StrategyKind,
 };
 pub use error::{ConfigError, Error, Processed, TransportError};
 pub use membership::{ClusterView, Gossip, GossipConfig, MembershipProvider};

@@ -6,13 +6,13 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use shardline_core::NodeId;
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tracing::info;
 
 use crate::clock::Clock;
 use crate::error::ConfigError;
 use crate::membership::{ClusterView, Gossip, MembershipProvider, ProviderContext};
-use crate::sharding::pending::Pending;
+use crate::sharding::node::Node;
 use crate::transport::{Transport, TransportConfig};
 
 use super::dispatch::{sweep_pending, watch_membership, Dispatcher, GossipLink};
@@ -136,33 +136,23 @@ impl ClusterBuilder {
                 clock,
             })
             .await?;
-        let (events, _) = broadcast::channel(4096);
         let log = match self.ownership_log {
-            Some(p) => {
-                Some(Mutex::new(std::fs::OpenOptions::new().create(true).append(true).open(&p).map_err(|e| {
-                    ConfigError::Invalid { name: "ownership_log", reason: format!("{}: {e}", p.display()) }
-                })?))
-            }
+            Some(p) => Some(std::fs::OpenOptions::new().create(true).append(true).open(&p).map_err(|e| {
+                ConfigError::Invalid { name: "ownership_log", reason: format!("{}: {e}", p.display()) }
+            })?),
             None => None,
         };
         let (down_tx, down_rx) = watch::channel(None);
         let inner = Arc::new(NodeInner {
-            me: me.clone(),
+            node: Node::new(transport.clone(), clock, handle.lease, log),
             addr,
-            transport: transport.clone(),
-            clock,
             proxy: self.proxy,
             regions: RwLock::new(HashMap::new()),
-            typed: RwLock::new(HashMap::new()),
             coordinators: Mutex::new(HashMap::new()),
-            pending: Pending::new(),
             view: Mutex::new(ClusterView::default()),
             control: handle.control,
             maps: handle.maps,
-            lease: handle.lease,
             gossip_tx,
-            events,
-            log,
             fenced: AtomicBool::new(false),
             down_tx,
             down_rx,

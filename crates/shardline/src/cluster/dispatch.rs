@@ -53,7 +53,7 @@ impl Inbound<PeerMessage> for Dispatcher {
                         if let Some(addr) = msg.reply {
                             let err = Error::Rejected(format!(
                                 "entity type {type_key} is not registered on {}",
-                                cluster.inner.me
+                                cluster.inner.node.id()
                             ));
                             let _ = cluster
                                 .transport()
@@ -62,7 +62,7 @@ impl Inbound<PeerMessage> for Dispatcher {
                     }
                 }
             },
-            PeerMessage::Reply { req_id, result } => cluster.inner.pending.complete(req_id, result),
+            PeerMessage::Reply { req_id, result } => cluster.inner.node.pending().complete(req_id, result),
         }
     }
 
@@ -144,6 +144,6 @@ pub(super) async fn sweep_pending(inner: std::sync::Weak<NodeInner>) {
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let Some(i) = inner.upgrade() else { return };
-        i.pending.sweep();
+        i.node.pending().sweep();
     }
 }

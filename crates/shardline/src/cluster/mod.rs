@@ -4,49 +4,40 @@
 
 mod builder;
 mod dispatch;
-mod handles;
 
 pub use builder::ClusterBuilder;
-pub use handles::{EntityHandle, EntityRef};
 
-use std::any::{Any, TypeId};
+use std::any::TypeId;
 use std::collections::HashMap;
-use std::io::Write;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use shardline_core::{Departure, DepartureStep, DomainEvent, Epoch, NodeId, ShardId, TypeKey};
+use shardline_core::{Departure, DepartureStep, DomainEvent, NodeId, TypeKey};
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::entity::{Entity, EntitySettings};
+use crate::entity::{Entities, Entity, EntityHandle, EntitySettings};
 use crate::error::{ConfigError, Error};
 use crate::membership::{ClusterView, MembershipControl};
 use crate::sharding::coordinator::Coordinator;
 use crate::sharding::message::NodeTransport;
-use crate::sharding::pending::Pending;
+use crate::sharding::node::Node;
 use crate::sharding::region::{Region, RegionDyn};
 
 pub(crate) struct NodeInner {
-    pub(super) me: NodeId,
+    /// What the sharding runtime sees of this node.
+    pub(super) node: Node,
     pub(super) addr: std::net::SocketAddr,
-    pub(super) transport: NodeTransport,
-    pub(super) clock: crate::clock::Clock,
     pub(super) proxy: bool,
     pub(super) regions: RwLock<HashMap<TypeKey, Arc<dyn RegionDyn>>>,
-    pub(super) typed: RwLock<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
     pub(super) coordinators: Mutex<HashMap<TypeKey, Arc<Coordinator>>>,
-    pub(super) pending: Pending,
     pub(super) view: Mutex<ClusterView>,
     pub(super) control: Arc<dyn MembershipControl>,
     pub(super) maps: Option<crate::membership::lease::ShardMaps>,
-    pub(super) lease: Option<crate::membership::HostingLease>,
     pub(super) gossip_tx: mpsc::Sender<(NodeId, Vec<u8>)>,
-    pub(super) events: broadcast::Sender<(TypeKey, DomainEvent)>,
-    pub(super) log: Option<Mutex<std::fs::File>>,
     pub(super) fenced: AtomicBool,
     pub(super) down_tx: watch::Sender<Option<String>>,
     pub(super) down_rx: watch::Receiver<Option<String>>,
@@ -82,7 +73,7 @@ impl Cluster {
 
     /// This node.
     pub fn node_id(&self) -> &NodeId {
-        &self.inner.me
+        self.inner.node.id()
     }
 
     /// Where it listens.
@@ -91,15 +82,11 @@ impl Cluster {
     }
 
     pub(crate) fn transport(&self) -> &NodeTransport {
-        &self.inner.transport
+        self.inner.node.transport()
     }
 
-    pub(crate) fn pending(&self) -> &Pending {
-        &self.inner.pending
-    }
-
-    pub(crate) fn now_ms(&self) -> u64 {
-        self.inner.clock.now_ms()
+    fn now_ms(&self) -> u64 {
+        self.inner.node.now_ms()
     }
 
     /// The membership as last seen.
@@ -109,7 +96,7 @@ impl Cluster {
 
     /// Domain events of the coordinators running on this node.
     pub fn events(&self) -> broadcast::Receiver<(TypeKey, DomainEvent)> {
-        self.inner.events.subscribe()
+        self.inner.node.events()
     }
 
     /// Resolves when this node was declared down or fenced, with the reason.
@@ -125,40 +112,11 @@ impl Cluster {
         }
     }
 
-    pub(crate) fn publish(&self, type_key: &TypeKey, e: DomainEvent) {
-        info!(type_key = %type_key, event = ?e, "cluster event");
-        let _ = self.inner.events.send((type_key.clone(), e));
-    }
-
-    /// Whether this node may process messages now: its lease, where it has one, is valid.
-    pub(crate) fn may_host(&self) -> bool {
-        self.inner.lease.as_ref().is_none_or(|l| l.is_valid())
-    }
-
     /// Fences this node if its lease ran out (a paused process wakes up here before its
     /// provider notices). Must not be called with an engine or the coordinators locked.
     pub(super) fn fence_if_lapsed(&self) {
-        if self.inner.lease.as_ref().is_some_and(|l| l.has_lapsed()) {
+        if self.inner.node.lease().is_some_and(|l| l.has_lapsed()) {
             self.fence("lease ran out");
-        }
-    }
-
-    pub(crate) fn ownership_log(&self, type_key: &TypeKey, shard: ShardId, epoch: Epoch, start: bool) {
-        if let Some(log) = &self.inner.log {
-            let mut now = SystemTime::now();
-            // A shard stopped after the lease ran out (the process was paused) was idle since
-            // the lease's end: every message checks the lease before it is processed.
-            if let Some(until) =
-                self.inner.lease.as_ref().filter(|l| !start && l.has_lapsed()).and_then(|l| l.valid_until())
-            {
-                now -= until.elapsed();
-            }
-            let ms = now.duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
-            let what = if start { "start" } else { "stop" };
-            // One write per line: appends from several processes to one file stay whole.
-            let line = format!("{ms} {} {type_key} {} {epoch} {what}\n", self.inner.me, shard.0);
-            let mut f = log.lock().unwrap_or_else(|e| e.into_inner());
-            let _ = f.write_all(line.as_bytes());
         }
     }
 
@@ -174,9 +132,9 @@ impl Cluster {
         if self.inner.regions.read().unwrap_or_else(|e| e.into_inner()).contains_key(&key) {
             return Err(ConfigError::DuplicateType(settings.type_key));
         }
-        let region = Region::<E>::new(self.clone(), settings, self.inner.proxy);
+        let region = Region::<E>::new(self.inner.node.clone(), settings, self.inner.proxy);
         self.inner.regions.write().unwrap_or_else(|e| e.into_inner()).insert(key, region.clone());
-        self.inner.typed.write().unwrap_or_else(|e| e.into_inner()).insert(TypeId::of::<E>(), region.clone());
+        self.inner.node.add_typed(TypeId::of::<E>(), region.clone());
         let view = self.view();
         self.apply_view(&view);
         Ok(EntityHandle { region, _e: PhantomData })
@@ -204,8 +162,12 @@ impl Cluster {
 
     /// The handle of a registered type.
     pub fn handle<E: Entity>(&self) -> Option<EntityHandle<E>> {
-        let any = self.inner.typed.read().unwrap_or_else(|e| e.into_inner()).get(&TypeId::of::<E>()).cloned()?;
-        any.downcast::<Region<E>>().ok().map(|region| EntityHandle { region, _e: PhantomData })
+        self.entities().handle::<E>()
+    }
+
+    /// The entity types registered on this node.
+    pub fn entities(&self) -> Entities {
+        Entities { node: self.inner.node.clone() }
     }
 
     pub(super) fn regions(&self) -> Vec<Arc<dyn RegionDyn>> {
@@ -221,12 +183,12 @@ impl Cluster {
         *self.inner.view.lock().unwrap_or_else(|e| e.into_inner()) = v.clone();
         for (node, addr) in &v.addresses {
             if v.is_fenced(node) {
-                self.inner.transport.forget(node);
+                self.inner.node.transport().forget(node);
             } else {
-                self.inner.transport.set_address(node, *addr);
+                self.inner.node.transport().set_address(node, *addr);
             }
         }
-        if v.view.get(&self.inner.me).is_some_and(|m| m.status == shardline_core::MemberStatus::Down) {
+        if v.view.get(self.inner.node.id()).is_some_and(|m| m.status == shardline_core::MemberStatus::Down) {
             self.fence("declared down by the cluster");
             return;
         }
@@ -237,7 +199,7 @@ impl Cluster {
         {
             let mut coords = self.inner.coordinators.lock().unwrap_or_else(|e| e.into_inner());
             match &v.leader {
-                Some((leader, term)) if leader == &self.inner.me && !self.inner.proxy => {
+                Some((leader, term)) if leader == self.inner.node.id() && !self.inner.proxy => {
                     for r in &regions {
                         let s = r.settings();
                         let key = TypeKey::new(&s.type_key);
@@ -248,7 +210,8 @@ impl Cluster {
                                     old.stop();
                                 }
                                 let maps = self.inner.maps.clone();
-                                coords.insert(key, Coordinator::start(self.clone(), s, *term, &v.view, maps));
+                                coords
+                                    .insert(key, Coordinator::start(self.inner.node.clone(), s, *term, &v.view, maps));
                             }
                         }
                     }
@@ -272,7 +235,7 @@ impl Cluster {
         if self.inner.fenced.swap(true, Ordering::AcqRel) {
             return;
         }
-        warn!(node = %self.inner.me, reason = why, "node fenced: stopping every shard");
+        warn!(node = %self.inner.node.id(), reason = why, "node fenced: stopping every shard");
         for (_, c) in self.inner.coordinators.lock().unwrap_or_else(|e| e.into_inner()).drain() {
             c.stop();
         }
@@ -285,13 +248,13 @@ impl Cluster {
     /// Graceful leave: hands every shard of this node off, then leaves the membership.
     /// Messages sent meanwhile are not lost. Waits at most `timeout`.
     pub async fn leave_within(&self, timeout: Duration) -> Result<(), Error> {
-        info!(node = %self.inner.me, "leaving the cluster");
+        info!(node = %self.inner.node.id(), "leaving the cluster");
         self.inner.control.leave();
         let deadline = Instant::now() + timeout;
         let mut departure = Departure::new(LEADERLESS_LEAVE.as_millis() as u64);
         loop {
             let hosting: Vec<_> = self.regions().into_iter().filter(|r| !r.hosted().is_empty()).collect();
-            let step = departure.step(self.now_ms(), &self.view().view, &self.inner.me, !hosting.is_empty());
+            let step = departure.step(self.now_ms(), &self.view().view, self.inner.node.id(), !hosting.is_empty());
             match step {
                 DepartureStep::Done => break,
                 _ if Instant::now() > deadline => return Err(Error::Timeout(timeout)),
@@ -299,7 +262,7 @@ impl Cluster {
                 DepartureStep::StopHere { reason, first } => {
                     if first {
                         warn!(
-                            node = %self.inner.me,
+                            node = %self.inner.node.id(),
                             reason = reason.as_str(),
                             "leaving without hand-off: stopping this node's shards here"
                         );
@@ -334,8 +297,8 @@ impl Cluster {
         for (_, c) in self.inner.coordinators.lock().unwrap_or_else(|e| e.into_inner()).drain() {
             c.stop();
         }
-        self.inner.transport.shutdown();
-        info!(node = %self.inner.me, "left the cluster");
+        self.inner.node.transport().shutdown();
+        info!(node = %self.inner.node.id(), "left the cluster");
         Ok(())
     }
 
@@ -349,7 +312,7 @@ impl Cluster {
     pub fn crash(&self) {
         self.inner.control.halt();
         self.fence("crashed on purpose");
-        self.inner.transport.shutdown();
+        self.inner.node.transport().shutdown();
     }
 
     /// Shards each owner hosts, as the coordinator running on this node knows them (empty when

@@ -47,8 +47,8 @@ use serde::{Deserialize, Serialize};
 use shardline_core::EntityId;
 use tracing::warn;
 
+use super::EntityHandle;
 use super::{Entity, EntityContext};
-use crate::cluster::EntityHandle;
 use crate::error::Error;
 use crate::journal::{AppendRequest, EventRecord, JournalError, RecordedReply, Snapshot};
 

@@ -12,10 +12,10 @@ use tokio::task::AbortHandle;
 use tracing::debug;
 
 use super::{Entity, EntityContext};
-use crate::cluster::Cluster;
 use crate::error::Error;
 use crate::sharding::envelope::{Body, Envelope, ReplyAddr, ReplySender};
 use crate::sharding::message::PeerMessage;
+use crate::sharding::node::Node;
 
 /// How long an entity task stays after its last message before its state goes back to the map.
 pub(crate) const LINGER: Duration = Duration::from_millis(50);
@@ -27,7 +27,7 @@ enum Slot<E: Entity> {
 
 /// What entity tasks need from their region.
 pub(crate) struct HostEnv {
-    pub cluster: Cluster,
+    pub node: Node,
     pub mailbox: usize,
     pub started: Instant,
     pub type_key: Arc<str>,
@@ -177,11 +177,11 @@ impl<E: Entity> ShardHost<E> {
                 Ok(()) => {}
                 Err(mpsc::error::TrySendError::Full(env)) => {
                     let err = Error::Overloaded(format!("mailbox of {} is full", env.entity));
-                    fail(&self.env.cluster, env, err)
+                    fail(&self.env.node, env, err)
                 }
                 Err(mpsc::error::TrySendError::Closed(env)) => {
                     let err = Error::Unavailable(format!("{} is stopping", env.entity));
-                    fail(&self.env.cluster, env, err)
+                    fail(&self.env.node, env, err)
                 }
             }
             return;
@@ -292,7 +292,7 @@ impl<E: Entity> ShardHost<E> {
             shard: self.shard,
             epoch: self.epoch(),
             passivate: false,
-            cluster: self.env.cluster.clone(),
+            entities: super::Entities { node: self.env.node.clone() },
             type_key: self.env.type_key.clone(),
             claim: self.claim.clone(),
             persistence: self.env.persistence,
@@ -307,13 +307,13 @@ impl<E: Entity> ShardHost<E> {
 }
 
 /// Tells the sender its message failed.
-pub(crate) fn fail<E: Entity>(cluster: &Cluster, env: Envelope<E>, err: Error) {
+pub(crate) fn fail<E: Entity>(node: &Node, env: Envelope<E>, err: Error) {
     match env.body {
         Body::Typed { reply: Some(tx), .. } => {
             let _ = tx.send(Err(err));
         }
         Body::Wire { reply: Some(addr), .. } => {
-            let _ = cluster.transport().send(&addr.node, PeerMessage::Reply { req_id: addr.req_id, result: Err(err) });
+            let _ = node.transport().send(&addr.node, PeerMessage::Reply { req_id: addr.req_id, result: Err(err) });
         }
         _ => {}
     }
@@ -328,30 +328,29 @@ enum InFlight<E: Entity> {
 }
 
 impl<E: Entity> InFlight<E> {
-    fn fail(self, cluster: &Cluster, err: Error) {
+    fn fail(self, node: &Node, err: Error) {
         match self {
             InFlight::Local(tx) => {
                 let _ = tx.send(Err(err));
             }
             InFlight::Remote(addr) => {
-                let _ =
-                    cluster.transport().send(&addr.node, PeerMessage::Reply { req_id: addr.req_id, result: Err(err) });
+                let _ = node.transport().send(&addr.node, PeerMessage::Reply { req_id: addr.req_id, result: Err(err) });
             }
         }
     }
 }
 
 async fn process<E: Entity>(
-    cluster: &Cluster,
+    node: &Node,
     state: &mut E,
     ctx: &mut EntityContext,
     env: Envelope<E>,
     in_flight: &mut Option<InFlight<E>>,
 ) {
-    if !cluster.may_host() {
+    if !node.may_host() {
         // Not processed, so the sender may safely try again where the shard lives now.
-        let err = Error::Rejected(format!("{} may not host: its lease ran out", cluster.node_id()));
-        fail(cluster, env, err);
+        let err = Error::Rejected(format!("{} may not host: its lease ran out", node.id()));
+        fail(node, env, err);
         return;
     }
     match env.body {
@@ -372,7 +371,7 @@ async fn process<E: Entity>(
                 Err(e) => Err(Error::Rejected(format!("cannot decode message for {}: {e}", ctx.id))),
             };
             if let Some(InFlight::Remote(addr)) = in_flight.take() {
-                let _ = cluster.transport().send(&addr.node, PeerMessage::Reply { req_id: addr.req_id, result });
+                let _ = node.transport().send(&addr.node, PeerMessage::Reply { req_id: addr.req_id, result });
             }
         }
         Body::Retire | Body::Wake => {}
@@ -404,12 +403,12 @@ impl<E: Entity> Drop for TaskGuard<E> {
         self.rx.close();
         while let Ok(env) = self.rx.try_recv() {
             let err = Error::Unavailable(format!("{} stopped before handling the message", self.id));
-            fail(&self.host.env.cluster, env, err);
+            fail(&self.host.env.node, env, err);
         }
         if let Some(reply) = self.in_flight.take() {
             let how = if panicked { "panicked" } else { "was stopped" };
             let err = Error::OutcomeUnknown(format!("{} {how} while handling the message", self.id));
-            reply.fail(&self.host.env.cluster, err);
+            reply.fail(&self.host.env.node, err);
         }
         self.host.finish();
     }
@@ -430,7 +429,7 @@ async fn run<E: Entity>(
     first: Envelope<E>,
 ) {
     let mut guard = TaskGuard { host: host.clone(), id: id.clone(), rx, in_flight: None, done: false };
-    let cluster = host.env.cluster.clone();
+    let node = host.env.node.clone();
     let mut ctx = host.context(id.clone());
     if fresh {
         state.started(&mut ctx).await;
@@ -496,7 +495,7 @@ async fn run<E: Entity>(
         }
         // The epoch as of now: it may have been raised since the task started.
         ctx.epoch = host.epoch();
-        process(&cluster, &mut state, &mut ctx, env, &mut guard.in_flight).await;
+        process(&node, &mut state, &mut ctx, env, &mut guard.in_flight).await;
         if ctx.passivate {
             ctx.passivate = false;
             // The slot stays active while the stop hook runs, so new messages wait in the

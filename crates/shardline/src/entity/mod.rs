@@ -35,11 +35,13 @@
 
 mod claim;
 pub mod event_sourced;
+mod handles;
 pub(crate) mod host;
 
 pub use event_sourced::{EventSourced, EventSourcedHandle, EventSourcedSettings, Persist, PersistError, Persistent};
 
 pub(crate) use claim::ShardClaim;
+pub use handles::{Entities, EntityHandle, EntityRef};
 
 use std::future::Future;
 use std::sync::Arc;
@@ -49,7 +51,6 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use shardline_core::{EntityId, Epoch, RoundLimit, ShardId};
 
-use crate::cluster::Cluster;
 use crate::journal::{Fence, Journal, JournalError};
 
 /// A sharded, stateful entity. Its state lives in memory on one node: see the
@@ -96,7 +97,7 @@ pub struct EntityContext {
     pub(crate) shard: ShardId,
     pub(crate) epoch: Epoch,
     pub(crate) passivate: bool,
-    pub(crate) cluster: Cluster,
+    pub(crate) entities: Entities,
     pub(crate) type_key: Arc<str>,
     pub(crate) claim: Option<Arc<ShardClaim>>,
     pub(crate) persistence: Persistence,
@@ -156,9 +157,10 @@ impl EntityContext {
         self.passivate = true;
     }
 
-    /// The cluster, to message other entities.
-    pub fn cluster(&self) -> &Cluster {
-        &self.cluster
+    /// The entity types registered on this node, to message other entities:
+    /// `ctx.entities().handle::<Other>()`.
+    pub fn entities(&self) -> &Entities {
+        &self.entities
     }
 }
 

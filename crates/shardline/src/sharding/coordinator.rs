@@ -15,17 +15,17 @@ use shardline_core::{
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::cluster::Cluster;
 use crate::entity::{EntitySettings, StrategyKind};
 use crate::membership::lease::{MapStoreError, ShardMaps};
 use crate::sharding::message::PeerMessage;
+use crate::sharding::node::Node;
 use crate::sharding::wakeup::{self, Timed, Wakeup};
 
 pub(crate) struct Coordinator {
     pub type_key: TypeKey,
     pub term: Term,
     engine: Mutex<Slot>,
-    cluster: Cluster,
+    node: Node,
     wakeup: Wakeup,
     stopped: AtomicBool,
     /// The newest map to store (providers with a store); a writer task stores it.
@@ -56,7 +56,7 @@ impl Coordinator {
     /// Starts the coordinator of `settings.type_key` for `term`. With a map store it first reads
     /// the stored map (retrying while this node leads) and resumes from it.
     pub fn start(
-        cluster: Cluster,
+        node: Node,
         settings: &EntitySettings,
         term: Term,
         view: &MembershipView,
@@ -81,7 +81,7 @@ impl Coordinator {
                 config,
                 strategy: strategy(&settings.strategy, settings.rebalance_limit),
             }),
-            cluster,
+            node,
             wakeup: Wakeup::default(),
             stopped: AtomicBool::new(false),
             persist,
@@ -106,9 +106,8 @@ impl Coordinator {
                     return;
                 }
             };
-            let now = self.cluster.now_ms();
-            match CoordinatorEngine::new(config, self.cluster.node_id().clone(), self.term, strategy, view, stored, now)
-            {
+            let now = self.node.now_ms();
+            match CoordinatorEngine::new(config, self.node.id().clone(), self.term, strategy, view, stored, now) {
                 Ok(engine) => *slot = Slot::Running { engine: Box::new(engine) },
                 Err(e) => {
                     warn!(type_key = %self.type_key, error = %e, "cannot start coordinator");
@@ -124,10 +123,10 @@ impl Coordinator {
     fn input(&self, f: impl FnOnce(&mut CoordinatorEngine, u64)) {
         // A coordinator whose node's lease ran out must not decide anything: a newer leader may
         // already run.
-        if self.stopped.load(Ordering::Acquire) || !self.cluster.may_host() {
+        if self.stopped.load(Ordering::Acquire) || !self.node.may_host() {
             return;
         }
-        let now = self.cluster.now_ms();
+        let now = self.node.now_ms();
         let mut slot = self.engine.lock().unwrap_or_else(|e| e.into_inner());
         let Slot::Running { engine } = &mut *slot else { return };
         f(engine, now);
@@ -135,7 +134,7 @@ impl Coordinator {
         let cmds: Vec<CoordinatorCommand> = engine.drain_commands().collect();
         for c in cmds {
             match &c {
-                CoordinatorCommand::Emit(e) => self.cluster.publish(&self.type_key, e.clone()),
+                CoordinatorCommand::Emit(e) => self.node.publish(&self.type_key, e.clone()),
                 CoordinatorCommand::PersistShardMap { .. } => {
                     if let Some(tx) = &self.persist {
                         tx.send_replace(Some(engine.shard_map().clone()));
@@ -144,7 +143,7 @@ impl Coordinator {
                 _ => {
                     for (to, msg) in c.messages(term) {
                         let _ = self
-                            .cluster
+                            .node
                             .transport()
                             .send(&to, PeerMessage::ToRegion { type_key: self.type_key.clone(), msg });
                     }
@@ -201,7 +200,7 @@ impl Timed for Coordinator {
         &self.wakeup
     }
     fn now_ms(&self) -> u64 {
-        self.cluster.now_ms()
+        self.node.now_ms()
     }
     fn stopped(&self) -> bool {
         self.stopped.load(Ordering::Acquire)

@@ -4,6 +4,7 @@
 pub(crate) mod coordinator;
 pub(crate) mod envelope;
 pub(crate) mod message;
+pub(crate) mod node;
 pub(crate) mod pending;
 pub(crate) mod region;
 pub(crate) mod wakeup;

@@ -12,11 +12,11 @@ use shardline_core::{
 use tracing::{debug, info, warn};
 
 use super::envelope::{Body, Envelope, ReplyAddr, WireEnvelope};
-use crate::cluster::Cluster;
 use crate::entity::host::{fail, HostEnv, ShardHost};
 use crate::entity::{Entity, EntitySettings, ShardClaim};
 use crate::error::Error;
 use crate::sharding::message::PeerMessage;
+use crate::sharding::node::Node;
 use crate::sharding::wakeup::{self, Timed, Wakeup};
 use crate::transport::SendError;
 
@@ -30,7 +30,7 @@ struct State<E: Entity> {
 pub(crate) struct Region<E: Entity> {
     pub type_key: TypeKey,
     pub settings: EntitySettings,
-    cluster: Cluster,
+    node: Node,
     env: Arc<HostEnv>,
     state: Mutex<State<E>>,
     wakeup: Wakeup,
@@ -57,16 +57,16 @@ pub(crate) trait RegionDyn: Send + Sync {
 }
 
 impl<E: Entity> Region<E> {
-    pub fn new(cluster: Cluster, settings: EntitySettings, proxy: bool) -> Arc<Self> {
+    pub fn new(node: Node, settings: EntitySettings, proxy: bool) -> Arc<Self> {
         let mut rc = RegionConfig::new(settings.shards);
         rc.max_buffered = settings.max_buffered;
         rc.hosting = !proxy;
         rc.retry_initial_ms = 10;
         rc.retry_max_ms = 1_000;
         rc.register_retry_ms = 500;
-        let me = cluster.node_id().clone();
+        let me = node.id().clone();
         let env = Arc::new(HostEnv {
-            cluster: cluster.clone(),
+            node: node.clone(),
             mailbox: settings.mailbox,
             started: Instant::now(),
             type_key: Arc::from(settings.type_key.as_str()),
@@ -75,7 +75,7 @@ impl<E: Entity> Region<E> {
         let region = Arc::new(Region {
             type_key: TypeKey::new(&settings.type_key),
             settings,
-            cluster,
+            node,
             env,
             state: Mutex::new(State { engine: RegionEngine::new(rc, me), hosts: HashMap::new(), refused: None }),
             wakeup: Wakeup::default(),
@@ -88,7 +88,7 @@ impl<E: Entity> Region<E> {
     }
 
     fn now(&self) -> u64 {
-        self.cluster.now_ms()
+        self.node.now_ms()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State<E>> {
@@ -120,9 +120,9 @@ impl<E: Entity> Region<E> {
                         // announced (StartShard, RaiseEpoch): anything else is a bug, refused.
                         Some(h) => {
                             warn!(type_key = %self.type_key, %shard, %epoch, hosted = %h.epoch(), "delivery at another epoch than the hosted one: refused");
-                            fail(&self.cluster, msg, Error::Unavailable(format!("{shard} is not hosted at {epoch}")))
+                            fail(&self.node, msg, Error::Unavailable(format!("{shard} is not hosted at {epoch}")))
                         }
-                        None => fail(&self.cluster, msg, Error::Unavailable(format!("{shard} is not started"))),
+                        None => fail(&self.node, msg, Error::Unavailable(format!("{shard} is not started"))),
                     },
                     RegionCommand::SendToRegion { to, msg } => {
                         if let Some(wire) = self.to_wire(msg) {
@@ -132,7 +132,7 @@ impl<E: Entity> Region<E> {
                                 continue;
                             }
                             let frame = PeerMessage::Region { type_key: self.type_key.clone(), msg: wire };
-                            match self.cluster.transport().send(&to, frame) {
+                            match self.node.transport().send(&to, frame) {
                                 Ok(()) => {}
                                 Err(SendError::Full(f)) => match *f {
                                     // Back into the buffer at its place until the peer caught
@@ -145,7 +145,7 @@ impl<E: Entity> Region<E> {
                                     }
                                     // Drain markers, their answers and bounces must not be lost:
                                     // they wait for room.
-                                    frame => self.cluster.transport().send_when_ready(&to, frame),
+                                    frame => self.node.transport().send_when_ready(&to, frame),
                                 },
                                 Err(e) => {
                                     if let PeerMessage::Region { msg, .. } = e.into_frame() {
@@ -157,7 +157,7 @@ impl<E: Entity> Region<E> {
                     }
                     RegionCommand::SendToCoordinator { to, msg } => {
                         let _ = self
-                            .cluster
+                            .node
                             .transport()
                             .send(&to, PeerMessage::ToCoordinator { type_key: self.type_key.clone(), msg });
                     }
@@ -176,7 +176,7 @@ impl<E: Entity> Region<E> {
                         }
                         let restored = handover.map(|d| host.restore(&d)).unwrap_or(0);
                         info!(type_key = %self.type_key, %shard, %epoch, restored, "shard started");
-                        self.cluster.ownership_log(&self.type_key, shard, epoch, true);
+                        self.node.ownership_log(&self.type_key, shard, epoch, true);
                         st.hosts.insert(shard, host);
                     }
                     RegionCommand::RaiseEpoch { shard, from, to } => {
@@ -192,7 +192,7 @@ impl<E: Entity> Region<E> {
                             if let Some(h) = host {
                                 h.kill();
                             }
-                            self.cluster.ownership_log(&self.type_key, shard, epoch, false);
+                            self.node.ownership_log(&self.type_key, shard, epoch, false);
                             warn!(type_key = %self.type_key, %shard, "shard stopped at once (fenced)");
                         } else {
                             let me = self.clone();
@@ -201,7 +201,7 @@ impl<E: Entity> Region<E> {
                                     Some(h) => h.stop().await,
                                     None => None,
                                 };
-                                me.cluster.ownership_log(&me.type_key, shard, epoch, false);
+                                me.node.ownership_log(&me.type_key, shard, epoch, false);
                                 debug!(type_key = %me.type_key, %shard, "shard stopped");
                                 me.input(|e, now| e.handle_shard_stopped(now, shard, handover));
                             });
@@ -219,7 +219,7 @@ impl<E: Entity> Region<E> {
                         if matches!(msg.body, Body::Typed { reply: None, .. }) {
                             st.refused = Some(err.clone());
                         }
-                        fail(&self.cluster, msg, err);
+                        fail(&self.node, msg, err);
                     }
                 }
             }
@@ -243,8 +243,8 @@ impl<E: Entity> Region<E> {
                 Body::Typed { msg, reply } => match postcard::to_allocvec(&msg) {
                     Ok(payload) => {
                         let reply = reply.map(|tx| ReplyAddr {
-                            node: self.cluster.node_id().clone(),
-                            req_id: self.cluster.pending().register(tx),
+                            node: self.node.id().clone(),
+                            req_id: self.node.pending().register(tx),
                         });
                         Some(WireEnvelope { entity: env.entity, payload, reply })
                     }
@@ -404,7 +404,7 @@ impl<E: Entity> RegionDyn for Region<E> {
     fn fail_buffered(&self, why: &str) {
         let taken = self.lock().engine.take_buffered();
         for (_, env) in taken {
-            fail(&self.cluster, env, Error::Unavailable(why.to_string()));
+            fail(&self.node, env, Error::Unavailable(why.to_string()));
         }
     }
     fn homes(&self) -> Vec<Option<NodeId>> {

@@ -1,5 +1,6 @@
-//! What applications hold: a registered entity type ([`EntityHandle`]) and one entity of it
-//! ([`EntityRef`]).
+//! What applications hold: a registered entity type ([`EntityHandle`]), one entity of it
+//! ([`EntityRef`]), and the types registered on a node ([`Entities`], which entities get to
+//! message other entities).
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -11,12 +12,28 @@ use tokio::sync::oneshot;
 use crate::entity::Entity;
 use crate::error::Error;
 use crate::sharding::envelope::Body;
+use crate::sharding::node::Node;
 use crate::sharding::region::{Region, RegionDyn};
+
+/// The entity types registered on a node: how an entity reaches other entities (it gets this
+/// from its [`EntityContext`](crate::EntityContext), not the whole node).
+#[derive(Clone)]
+pub struct Entities {
+    pub(crate) node: Node,
+}
+
+impl Entities {
+    /// The handle of a registered type (None: not registered on this node).
+    pub fn handle<E: Entity>(&self) -> Option<EntityHandle<E>> {
+        let any = self.node.typed(std::any::TypeId::of::<E>())?;
+        any.downcast::<Region<E>>().ok().map(|region| EntityHandle { region, _e: PhantomData })
+    }
+}
 
 /// A registered entity type on this node.
 pub struct EntityHandle<E: Entity> {
-    pub(super) region: Arc<Region<E>>,
-    pub(super) _e: PhantomData<fn() -> E>,
+    pub(crate) region: Arc<Region<E>>,
+    pub(crate) _e: PhantomData<fn() -> E>,
 }
 
 impl<E: Entity> Clone for EntityHandle<E> {
@@ -70,8 +87,8 @@ impl<E: Entity> EntityHandle<E> {
 
 /// A reference to one entity, valid anywhere in the cluster.
 pub struct EntityRef<E: Entity> {
-    pub(super) region: Arc<Region<E>>,
-    pub(super) id: EntityId,
+    pub(crate) region: Arc<Region<E>>,
+    pub(crate) id: EntityId,
 }
 
 impl<E: Entity> Clone for EntityRef<E> {
