@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use shardline::journal::drills;
+use shardline::drills;
 use shardline_postgres::{PostgresConfig, PostgresJournal};
 
 fn url() -> String {

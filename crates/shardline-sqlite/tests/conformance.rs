@@ -55,7 +55,7 @@ async fn a_file_from_a_newer_schema_is_refused() {
 async fn sqlite_two_owners_of_one_shard() {
     let path = temp_file("owners");
     let j = SqliteJournal::open(&path).unwrap();
-    shardline::journal::drills::two_owners_of_one_shard(Arc::new(j), "lite").await.unwrap();
+    shardline::drills::two_owners_of_one_shard(Arc::new(j), "lite").await.unwrap();
     let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }
 
@@ -81,7 +81,7 @@ async fn sqlite_outage_under_load() {
     let restore = async move {
         let _ = release_tx.send(());
     };
-    shardline::journal::drills::outage_under_load(Arc::new(j), "lite", cut, restore).await.unwrap();
+    shardline::drills::outage_under_load(Arc::new(j), "lite", cut, restore).await.unwrap();
     let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }
 

@@ -27,14 +27,19 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Layers: [`transport`] (framed TCP), [`membership`] (providers), the sharding runtime
-//! (drivers around `shardline-core`'s engines), and [`entity`] (the typed API).
+//! Layers, each importing only those below it (a test checks it): [`transport`] (framed TCP,
+//! generic over what it carries), [`membership`] (providers), [`journal`] (the interface entities
+//! persist through), the sharding runtime (drivers around `shardline-core`'s engines, shard
+//! hosts, and the [`Entity`] contract they host), [`entity`] (the typed API), and [`Cluster`],
+//! the node that wires them.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod clock;
 mod cluster;
+#[cfg(feature = "test-support")]
+pub mod drills;
 pub mod entity;
 mod error;
 pub mod journal;

@@ -28,7 +28,7 @@ async fn a_journal_that_is_down_is_unavailable_and_writes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_memory_two_owners_of_one_shard() {
-    shardline::journal::drills::two_owners_of_one_shard(Arc::new(InMemoryJournal::new()), "mem").await.unwrap();
+    shardline::drills::two_owners_of_one_shard(Arc::new(InMemoryJournal::new()), "mem").await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -37,5 +37,5 @@ async fn in_memory_outage_under_load() {
     let (down, up) = (j.clone(), j.clone());
     let cut = async move { down.set_down(true) };
     let restore = async move { up.set_down(false) };
-    shardline::journal::drills::outage_under_load(Arc::new(j), "mem", cut, restore).await.unwrap();
+    shardline::drills::outage_under_load(Arc::new(j), "mem", cut, restore).await.unwrap();
 }

@@ -11,7 +11,7 @@
 //!   last saw, and answers only once they are durable;
 //! - records the reply with the events when the ask carries a request id, so that a retry (after
 //!   a timeout, a failover, a move) gets the recorded reply and changes nothing;
-//! - writes a snapshot every [`EventSourcedSettings::snapshot_every`] events.
+//! - writes a snapshot every [`EventSourcedSettings::snapshot_every`](super::EventSourcedSettings::snapshot_every) events.
 //!
 //! Its state survives moves and crashes alike: a new owner reads it back from the journal.
 //!
@@ -83,22 +83,6 @@ pub trait EventSourced: Serialize + DeserializeOwned + Sized + Send + 'static {
     fn decide_without_state(command: &Self::Command) -> Option<(Vec<Self::Event>, Self::Reply)> {
         let _ = command;
         None
-    }
-}
-
-/// Settings of an event-sourced type, on top of its [`EntitySettings`](super::EntitySettings).
-#[derive(Clone, Copy, Debug)]
-pub struct EventSourcedSettings {
-    /// Write a snapshot after this many events (0: never).
-    pub snapshot_every: u64,
-    /// Replies kept per entity for retried requests.
-    pub reply_window: usize,
-}
-
-impl Default for EventSourcedSettings {
-    /// A snapshot every 100 events; the last 64 replies per entity.
-    fn default() -> Self {
-        EventSourcedSettings { snapshot_every: 100, reply_window: 64 }
     }
 }
 

@@ -30,6 +30,14 @@ impl Entities {
     }
 }
 
+impl crate::EntityContext {
+    /// The entity types registered on this node, to message other entities:
+    /// `ctx.entities().handle::<Other>()`.
+    pub fn entities(&self) -> Entities {
+        Entities { node: self.node.clone() }
+    }
+}
+
 /// A registered entity type on this node.
 pub struct EntityHandle<E: Entity> {
     pub(crate) region: Arc<Region<E>>,

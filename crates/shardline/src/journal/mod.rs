@@ -20,8 +20,6 @@
 
 #[cfg(feature = "test-support")]
 pub mod conformance;
-#[cfg(feature = "test-support")]
-pub mod drills;
 mod memory;
 pub mod queue;
 

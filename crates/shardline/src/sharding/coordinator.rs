@@ -15,7 +15,7 @@ use shardline_core::{
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::entity::{EntitySettings, StrategyKind};
+use super::settings::{EntitySettings, StrategyKind};
 use crate::membership::lease::{MapStoreError, ShardMaps};
 use crate::sharding::message::PeerMessage;
 use crate::sharding::node::Node;

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use shardline_core::{EntityId, NodeId};
 use tokio::sync::oneshot;
 
-use crate::entity::Entity;
+use super::entity::Entity;
 use crate::error::Error;
 
 /// Where the reply of a remote ask goes.

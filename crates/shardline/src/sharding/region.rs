@@ -11,9 +11,11 @@ use shardline_core::{
 };
 use tracing::{debug, info, warn};
 
+use super::claim::ShardClaim;
+use super::entity::Entity;
 use super::envelope::{Body, Envelope, ReplyAddr, WireEnvelope};
-use crate::entity::host::{fail, HostEnv, ShardHost};
-use crate::entity::{Entity, EntitySettings, ShardClaim};
+use super::host::{fail, HostEnv, ShardHost};
+use super::settings::EntitySettings;
 use crate::error::Error;
 use crate::sharding::message::PeerMessage;
 use crate::sharding::node::Node;

@@ -11,7 +11,9 @@ use tokio::sync::{mpsc, Notify};
 use tokio::task::AbortHandle;
 use tracing::debug;
 
-use super::{Entity, EntityContext};
+use super::claim::ShardClaim;
+use super::entity::{Entity, EntityContext};
+use super::settings::Persistence;
 use crate::error::Error;
 use crate::sharding::envelope::{Body, Envelope, ReplyAddr, ReplySender};
 use crate::sharding::message::PeerMessage;
@@ -31,7 +33,7 @@ pub(crate) struct HostEnv {
     pub mailbox: usize,
     pub started: Instant,
     pub type_key: Arc<str>,
-    pub persistence: super::Persistence,
+    pub persistence: Persistence,
 }
 
 impl HostEnv {
@@ -86,11 +88,11 @@ pub(crate) struct ShardHost<E: Entity> {
     /// State handed over by entities stopped for a hand-off.
     handed: Mutex<Vec<(String, Vec<u8>)>>,
     /// The shard's fence in the type's journal, if it has one.
-    claim: Option<Arc<super::ShardClaim>>,
+    claim: Option<Arc<ShardClaim>>,
 }
 
 impl<E: Entity> ShardHost<E> {
-    pub fn new(shard: ShardId, epoch: Epoch, env: Arc<HostEnv>, claim: Option<Arc<super::ShardClaim>>) -> Arc<Self> {
+    pub fn new(shard: ShardId, epoch: Epoch, env: Arc<HostEnv>, claim: Option<Arc<ShardClaim>>) -> Arc<Self> {
         Arc::new(ShardHost {
             shard,
             epoch: Mutex::new(epoch),
@@ -292,7 +294,7 @@ impl<E: Entity> ShardHost<E> {
             shard: self.shard,
             epoch: self.epoch(),
             passivate: false,
-            entities: super::Entities { node: self.env.node.clone() },
+            node: self.env.node.clone(),
             type_key: self.env.type_key.clone(),
             claim: self.claim.clone(),
             persistence: self.env.persistence,

@@ -1,5 +1,5 @@
 //! Failure drills for a [`Journal`] backend, run by event-sourced entities on real nodes: what
-//! the [`conformance`](super::conformance) suite checks call by call, these check end to end,
+//! the [`conformance`](crate::journal::conformance) suite checks call by call, these check end to end,
 //! against the real database in each backend's tests.
 //!
 //! - [`two_owners_of_one_shard`]: two nodes that both believe they own a shard write to it; the
@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use shardline_core::EntityId;
 
-use super::conformance::Check;
-use super::Journal;
 use crate::entity::{EventSourced, EventSourcedHandle, EventSourcedSettings};
+use crate::journal::conformance::Check;
+use crate::journal::Journal;
 use crate::{Cluster, EntitySettings, Error, Gossip};
 
 /// The drills' entity: a sum of additions.

@@ -1,0 +1,112 @@
+//! The contract between the sharding runtime and the application: the [`Entity`] trait that
+//! shard hosts run, and the [`EntityContext`] they give it. It is defined here, in the layer that
+//! hosts entities, and re-exported by [`crate::entity`], which builds the typed API on it.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use shardline_core::{EntityId, Epoch, ShardId};
+
+use super::claim::ShardClaim;
+use super::node::Node;
+use super::settings::Persistence;
+use crate::journal::{Fence, Journal, JournalError};
+
+/// A sharded, stateful entity. Its state lives in memory on one node: see the
+/// [module docs](crate::entity) for what happens to it when its shard moves, and implement
+/// [`hand_over`](Entity::hand_over)/[`take_over`](Entity::take_over) to keep it across moves.
+pub trait Entity: Sized + Send + 'static {
+    /// What it receives.
+    type Message: Serialize + DeserializeOwned + Send + 'static;
+    /// What it answers.
+    type Reply: Serialize + DeserializeOwned + Send + 'static;
+
+    /// A fresh instance for `id` (called when the entity starts, or restarts after passivation).
+    fn new(id: &EntityId) -> Self;
+
+    /// Handles one message. Messages from one sender arrive in the order sent.
+    fn handle(&mut self, ctx: &mut EntityContext, msg: Self::Message) -> impl Future<Output = Self::Reply> + Send;
+
+    /// Runs once before the first message of this instance.
+    fn started(&mut self, _ctx: &mut EntityContext) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+
+    /// Runs when the instance stops: passivation, hand-off, leave. Not on a crash or fencing.
+    fn stopped(&mut self, _ctx: &mut EntityContext) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+
+    /// State to carry to the next owner when the entity's shard moves by hand-off (rebalance,
+    /// graceful leave), taken after `stopped`. The default, None, starts the entity fresh there
+    /// (the usual choice for entities that keep their state in a journal).
+    fn hand_over(&self) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// Rebuilds an entity on the new owner from what [`hand_over`](Self::hand_over) returned.
+    fn take_over(_id: &EntityId, _data: &[u8]) -> Option<Self> {
+        None
+    }
+}
+
+/// What an entity knows about itself while it runs.
+pub struct EntityContext {
+    pub(crate) id: EntityId,
+    pub(crate) shard: ShardId,
+    pub(crate) epoch: Epoch,
+    pub(crate) passivate: bool,
+    pub(crate) node: Node,
+    pub(crate) type_key: Arc<str>,
+    pub(crate) claim: Option<Arc<ShardClaim>>,
+    pub(crate) persistence: Persistence,
+}
+
+impl EntityContext {
+    /// The entity's id.
+    pub fn id(&self) -> &EntityId {
+        &self.id
+    }
+
+    /// Its shard.
+    pub fn shard(&self) -> ShardId {
+        self.shard
+    }
+
+    /// The epoch at which this node hosts the shard: a fencing token for journal writes.
+    pub fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    /// The entity's type.
+    pub fn type_key(&self) -> &str {
+        &self.type_key
+    }
+
+    /// The journal of the entity's type, when its settings name one.
+    pub fn journal(&self) -> Option<&Arc<dyn Journal>> {
+        self.claim.as_ref().map(|c| c.journal())
+    }
+
+    /// The fence journal writes of this entity carry: its type, shard and current epoch.
+    pub fn fence(&self) -> Fence {
+        Fence { type_key: self.type_key.to_string(), shard: self.shard, epoch: self.epoch }
+    }
+
+    /// Makes sure the journal's fence of this shard is raised to this node's epoch before the
+    /// entity reads or writes its journal. `Fenced` when a newer owner raised it further:
+    /// this node no longer owns the shard, and must neither read nor write.
+    pub async fn claim_shard(&self) -> Result<(), JournalError> {
+        match &self.claim {
+            Some(c) => c.ensure(self.epoch).await,
+            None => Err(JournalError::Failed(format!("entity type {} has no journal", self.type_key))),
+        }
+    }
+
+    /// Stop this entity after the current message; the next message starts it again.
+    pub fn passivate(&mut self) {
+        self.passivate = true;
+    }
+}

@@ -1,0 +1,200 @@
+//! [`EntitySettings`]: how one entity type is sharded, hosted and persisted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use shardline_core::{RoundLimit, ShardId};
+
+use crate::journal::Journal;
+
+/// How an entity type uses its journal.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Persistence {
+    pub event_sourced: EventSourcedSettings,
+    /// Remembered entities restart, at most this many per second, when their shard starts.
+    pub remember: Option<u32>,
+}
+
+/// Settings of one entity type.
+#[derive(Clone, Debug)]
+pub struct EntitySettings {
+    pub(crate) type_key: String,
+    pub(crate) shards: u32,
+    pub(crate) passivate_after: Option<Duration>,
+    pub(crate) ask_timeout: Duration,
+    pub(crate) mailbox: usize,
+    pub(crate) max_buffered: usize,
+    pub(crate) hand_off_timeout: Duration,
+    pub(crate) rebalance_interval: Duration,
+    pub(crate) strategy: StrategyKind,
+    pub(crate) rebalance_limit: Option<RoundLimit>,
+    pub(crate) partition_key: Option<PartitionKey>,
+    pub(crate) journal: Option<JournalRef>,
+    pub(crate) persistence: Persistence,
+}
+
+/// The journal of an entity type (its own type only so that settings stay `Debug`).
+#[derive(Clone)]
+pub(crate) struct JournalRef(pub(crate) Arc<dyn Journal>);
+
+impl std::fmt::Debug for JournalRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Journal(..)")
+    }
+}
+
+/// Maps an entity id to the part of it that is hashed to choose its shard.
+#[derive(Clone)]
+pub(crate) struct PartitionKey(pub(crate) Arc<dyn for<'a> Fn(&'a str) -> &'a str + Send + Sync>);
+
+impl std::fmt::Debug for PartitionKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PartitionKey(..)")
+    }
+}
+
+/// Which allocation strategy the coordinator uses.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum StrategyKind {
+    /// Fewest shards first, in bounded rounds, newest application version first (default).
+    #[default]
+    LeastShards,
+    /// Newest app version first; no rebalance while versions are mixed (Shardcake).
+    VersionAware,
+    /// Consistent hashing with virtual nodes.
+    ConsistentHash,
+    /// Contiguous ranges over the ordered members.
+    Ranges,
+}
+
+impl EntitySettings {
+    /// Settings for a type named `type_key` with defaults: 1,024 shards, no idle passivation,
+    /// 5 s ask timeout, mailbox of 1,024, 100,000 buffered messages per region.
+    pub fn new(type_key: impl Into<String>) -> Self {
+        EntitySettings {
+            type_key: type_key.into(),
+            shards: 1_024,
+            passivate_after: None,
+            ask_timeout: Duration::from_secs(5),
+            mailbox: 1_024,
+            max_buffered: 100_000,
+            hand_off_timeout: Duration::from_secs(10),
+            rebalance_interval: Duration::from_secs(10),
+            strategy: StrategyKind::default(),
+            rebalance_limit: None,
+            partition_key: None,
+            journal: None,
+            persistence: Persistence::default(),
+        }
+    }
+
+    /// Where entities of this type keep their journal. A node that starts hosting a shard
+    /// raises the shard's fence in it first, so that writes from an older owner are refused by
+    /// the database (see [`EntityContext::claim_shard`](crate::EntityContext::claim_shard)).
+    pub fn journal(mut self, journal: Arc<dyn Journal>) -> Self {
+        self.journal = Some(JournalRef(journal));
+        self
+    }
+
+    /// Remember entities: an entity that wrote to the journal is remembered in its shard, and
+    /// when the shard starts on a node (a move, a failover), its remembered entities start again
+    /// at once, at most `per_second` of them per second (many thousands recovering at the same
+    /// moment would swamp the journal). For event-sourced types.
+    pub fn remember_entities(mut self, per_second: u32) -> Self {
+        self.persistence.remember = Some(per_second.max(1));
+        self
+    }
+
+    /// Which part of an entity id chooses its shard (default: the whole id, hashed with
+    /// `xxh3`). Entities whose ids map to the same key always share a shard, so they live on one
+    /// node and move together: every device of one home, an owner and the objects it owns. Every
+    /// node must use the same function for a type, as it must use the same number of shards.
+    ///
+    /// ```
+    /// use shardline::EntitySettings;
+    ///
+    /// // "home-7/thermostat" and "home-7/door" land in the shard of "home-7".
+    /// let devices = EntitySettings::new("device")
+    ///     .partition_key(|id| id.split_once('/').map_or(id, |(home, _)| home));
+    /// ```
+    pub fn partition_key(mut self, key: impl for<'a> Fn(&'a str) -> &'a str + Send + Sync + 'static) -> Self {
+        self.partition_key = Some(PartitionKey(Arc::new(key)));
+        self
+    }
+
+    /// The shard entity `id` belongs to under these settings.
+    pub fn shard_of(&self, id: &str) -> ShardId {
+        let key = match &self.partition_key {
+            Some(k) => (k.0)(id),
+            None => id,
+        };
+        shardline_core::shard_of(key, self.shards)
+    }
+
+    /// Number of shards (must be the same on every node).
+    pub fn shards(mut self, n: u32) -> Self {
+        self.shards = n;
+        self
+    }
+
+    /// Stop entities idle for this long.
+    pub fn passivate_after(mut self, d: Duration) -> Self {
+        self.passivate_after = Some(d);
+        self
+    }
+
+    /// Default timeout of `ask`.
+    pub fn ask_timeout(mut self, d: Duration) -> Self {
+        self.ask_timeout = d;
+        self
+    }
+
+    /// Messages an entity may have waiting; more are refused with `Overloaded`.
+    pub fn mailbox(mut self, n: usize) -> Self {
+        self.mailbox = n.max(1);
+        self
+    }
+
+    /// Messages a region may buffer while homes are unknown or moving.
+    pub fn max_buffered(mut self, n: usize) -> Self {
+        self.max_buffered = n;
+        self
+    }
+
+    /// The allocation strategy.
+    pub fn strategy(mut self, s: StrategyKind) -> Self {
+        self.strategy = s;
+        self
+    }
+
+    /// Most shards with a live owner that one rebalance round moves: at most `absolute` (0: no
+    /// absolute limit) and at most `relative` × shards, and at least one. Unowned shards are
+    /// always placed at once. Default: 100 or a tenth of the shards for `LeastShards` and
+    /// `VersionAware`, no limit for `ConsistentHash` and `Ranges`.
+    pub fn rebalance_limit(mut self, absolute: usize, relative: f64) -> Self {
+        self.rebalance_limit = Some(RoundLimit { absolute, relative });
+        self
+    }
+
+    /// How long regions may take to acknowledge a hand-off.
+    pub fn hand_off_timeout(mut self, d: Duration) -> Self {
+        self.hand_off_timeout = d;
+        self
+    }
+}
+
+/// Settings of an event-sourced type, on top of its [`EntitySettings`].
+#[derive(Clone, Copy, Debug)]
+pub struct EventSourcedSettings {
+    /// Write a snapshot after this many events (0: never).
+    pub snapshot_every: u64,
+    /// Replies kept per entity for retried requests.
+    pub reply_window: usize,
+}
+
+impl Default for EventSourcedSettings {
+    /// A snapshot every 100 events; the last 64 replies per entity.
+    fn default() -> Self {
+        EventSourcedSettings { snapshot_every: 100, reply_window: 64 }
+    }
+}
