@@ -7,9 +7,13 @@
 //! unreachable, or the store down). Waiting then ends only at the caller's timeout, with shards
 //! still running; stopping them here instead is safe, since nobody else may host a shard of this
 //! node before it has handed the shard off or is gone.
+//!
+//! A member that is still `Joining` (its status not heard yet) will usually be `Up` a moment
+//! later: the leave waits for it, as long as it would wait for a leader, instead of stopping the
+//! shards and losing what a hand-off would have carried over.
 
 use crate::id::NodeId;
-use crate::membership::MembershipView;
+use crate::membership::{MemberStatus, MembershipView};
 
 /// What a leaving node does next.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,7 +34,8 @@ pub enum DepartureStep {
 /// Why a leaving node stops its shards itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopReason {
-    /// No other member may host them.
+    /// No other member may host them (none `Joining` either, or not for
+    /// [`Departure::leaderless_after_ms`]).
     NoSuccessor,
     /// No leader has coordinated for [`Departure::leaderless_after_ms`].
     NoLeader,
@@ -65,13 +70,14 @@ pub struct Departure {
     /// How long without a leader before the shards stop here.
     pub leaderless_after_ms: u64,
     leaderless_since: Option<u64>,
+    successorless_since: Option<u64>,
     stopped_alone: bool,
 }
 
 impl Departure {
     /// A leave that stops its shards itself after `leaderless_after_ms` without a leader.
     pub fn new(leaderless_after_ms: u64) -> Self {
-        Departure { leaderless_after_ms, leaderless_since: None, stopped_alone: false }
+        Departure { leaderless_after_ms, leaderless_since: None, successorless_since: None, stopped_alone: false }
     }
 
     /// The next step at `now`, given the view and whether this node still hosts a shard.
@@ -85,7 +91,11 @@ impl Departure {
         };
         let leaderless = self.leaderless_since.is_some_and(|t| now.saturating_sub(t) >= self.leaderless_after_ms);
         // Entity types are not restricted to roles: any member that may host can take over.
-        let reason = if !view.has_successor(me, None) {
+        let successor = view.has_successor(me, None);
+        self.successorless_since = if successor { None } else { self.successorless_since.or(Some(now)) };
+        let joining = view.members().any(|m| &m.node != me && m.status == MemberStatus::Joining && !m.is_proxy());
+        let waited = self.successorless_since.is_some_and(|t| now.saturating_sub(t) >= self.leaderless_after_ms);
+        let reason = if !successor && (!joining || waited) {
             StopReason::NoSuccessor
         } else if leaderless {
             StopReason::NoLeader

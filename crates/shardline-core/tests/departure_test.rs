@@ -45,8 +45,30 @@ fn without_a_leader_for_long_enough_the_shards_stop_here_once() {
 #[test]
 fn with_no_member_that_may_host_the_shards_stop_here_at_once() {
     let me = NodeId::new("me", 1);
-    let others = [("b", MemberStatus::Leaving), ("c", MemberStatus::Down), ("p", MemberStatus::Joining)];
+    let others = [("b", MemberStatus::Leaving), ("c", MemberStatus::Down), ("d", MemberStatus::Removed)];
     let v = view(Some("b"), &others);
     let mut d = Departure::new(5_000);
     assert_eq!(d.step(0, &v, &me, true), DepartureStep::StopHere { reason: StopReason::NoSuccessor, first: true });
+}
+
+/// A member whose status has not been heard yet is `Joining`, and `Up` a moment later: the leave
+/// waits for it instead of stopping the shards (the state a hand-off carries would be lost), but
+/// no longer than it would wait for a leader. Gossip membership found it: a node that left right
+/// after two others joined stopped its shards, and their entities restarted empty.
+#[test]
+fn a_joining_member_is_waited_for_as_long_as_a_leader() {
+    let me = NodeId::new("me", 1);
+    let joining = view(Some("me"), &[("b", MemberStatus::Joining)]);
+    let up = view(Some("b"), &[("b", MemberStatus::Up)]);
+    let mut d = Departure::new(5_000);
+    assert_eq!(d.step(0, &joining, &me, true), DepartureStep::Wait);
+    assert_eq!(d.step(300, &up, &me, true), DepartureStep::Wait, "b is up: the hand-off goes on");
+    assert_eq!(d.step(400, &up, &me, false), DepartureStep::Done);
+    assert!(!d.stopped_alone());
+    // One that never gets there: the shards stop here after the limit.
+    let mut d = Departure::new(5_000);
+    assert_eq!(d.step(0, &joining, &me, true), DepartureStep::Wait);
+    assert_eq!(d.step(4_999, &joining, &me, true), DepartureStep::Wait);
+    let stop = DepartureStep::StopHere { reason: StopReason::NoSuccessor, first: true };
+    assert_eq!(d.step(5_000, &joining, &me, true), stop);
 }
