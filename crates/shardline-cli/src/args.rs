@@ -20,6 +20,9 @@ pub enum Command {
     /// Run a local demo cluster of separate processes under load, through scale-out, graceful
     /// leave and kill -9, checking every account against a ledger.
     Demo(DemoArgs),
+    /// Run the demo's ledger load against a cluster this process did not start, as a proxy
+    /// member, and audit every account it wrote at the end.
+    Load(LoadArgs),
     /// Measure the runtime against its physical baselines.
     Bench(BenchArgs),
     /// (internal) A bare TCP echo server, the baseline of `bench --scenario remote-ask`.
@@ -71,6 +74,47 @@ pub struct NodeArgs {
     /// but letters and digits).
     #[arg(long, env = "SHARDLINE_STORE_SCHEMA")]
     pub store_schema: Option<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct LoadArgs {
+    /// Seed addresses of the cluster, comma separated; only for `--membership seeds`.
+    #[arg(long, env = "SHARDLINE_SEEDS", value_delimiter = ',', required_if_eq("membership", "seeds"))]
+    pub seeds: Vec<String>,
+    /// Membership: seeds, etcd://HOST:PORT or nats://HOST:PORT (the cluster's).
+    #[arg(long, env = "SHARDLINE_MEMBERSHIP", default_value = "seeds")]
+    pub membership: MembershipSpec,
+    /// Cluster name (the cluster's).
+    #[arg(long, env = "SHARDLINE_CLUSTER", default_value = "shardline-demo")]
+    pub cluster: String,
+    /// Shards of the account type (the cluster's).
+    #[arg(long, env = "SHARDLINE_SHARDS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub shards: u32,
+    /// Listen address of this driver (peers must reach it), host:port.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub bind: String,
+    /// Name of this driver in the cluster (default: load-PID).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Accounts this driver writes.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub entities: u64,
+    /// Number of its first account (default: one drawn per run, so that drivers sharing a
+    /// cluster write accounts of their own and each audits only what it wrote).
+    #[arg(long)]
+    pub first_account: Option<u64>,
+    /// Concurrent callers.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub concurrency: u64,
+    /// Seconds of load.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub duration_secs: u64,
+    /// How long to wait for every shard to have a home before starting, in seconds.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub join_timeout_secs: u64,
+    /// Write the report as JSON to this file.
+    #[arg(long)]
+    pub json: Option<String>,
 }
 
 #[derive(Args, Debug, Clone)]

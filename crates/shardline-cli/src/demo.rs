@@ -12,7 +12,9 @@ use serde::Serialize;
 use shardline::Cluster;
 
 use crate::args::DemoArgs;
-use crate::load::{percentiles, probe_ids, run_accounts, shards_per_node, HomeMonitor, Invariants, Latency, Ledger};
+use crate::load::{
+    percentiles, probe_ids, run_accounts, shards_per_node, AccountRange, HomeMonitor, Invariants, Latency, Ledger,
+};
 use crate::procs::{free_port, work_dir, NodeProc};
 use shardline_cli::store::StoreSpec;
 use shardline_cli::{register_accounts, Accounts};
@@ -345,7 +347,7 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
         let label = name.to_string();
         let load = run_accounts(
             &accounts,
-            args.entities,
+            AccountRange::first(args.entities),
             args.concurrency,
             duration,
             &ledger,
@@ -394,7 +396,7 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
         // Every account, after every phase: the journal holds them through moves and crashes.
         progress.update(format!("{name}: auditing {} accounts", args.entities));
         let snapshot = std::mem::take(&mut *ledger.lock().unwrap_or_else(|e| e.into_inner()));
-        let found = snapshot.audit(&accounts, args.entities, 64).await;
+        let found = snapshot.audit(&accounts, AccountRange::first(args.entities), 64).await;
         *ledger.lock().unwrap_or_else(|e| e.into_inner()) = snapshot;
         inv.lost_acked += found.lost_acked;
         inv.double_applied += found.double_applied;

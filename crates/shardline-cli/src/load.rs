@@ -56,7 +56,7 @@ pub struct Invariants {
 impl Ledger {
     /// Audits every account: acknowledged operations must be applied exactly once, nothing
     /// unknown to the ledger may be applied, and the balance must be the sum of what was applied.
-    pub async fn audit(&self, accounts: &Accounts, n: u64, concurrency: usize) -> Invariants {
+    pub async fn audit(&self, accounts: &Accounts, range: AccountRange, concurrency: usize) -> Invariants {
         let next = Arc::new(AtomicU64::new(0));
         let total = Arc::new(Mutex::new(Invariants::default()));
         let mut tasks = Vec::new();
@@ -66,14 +66,13 @@ impl Ledger {
             tasks.push(tokio::spawn(async move {
                 loop {
                     let a = next.fetch_add(1, Ordering::Relaxed);
-                    if a >= n {
+                    if a >= range.count {
                         return;
                     }
                     // A read: asking again is harmless, so keep at it while the cluster settles.
                     let give_up = Instant::now() + RETRY_LIMIT;
                     let reply = loop {
-                        match accounts.ask_timeout(account_id(a), AccountCmd::Audit, None, Duration::from_secs(5)).await
-                        {
+                        match accounts.ask_timeout(range.id(a), AccountCmd::Audit, None, Duration::from_secs(5)).await {
                             Ok(r) => break Some(r),
                             Err(_) if Instant::now() < give_up => tokio::time::sleep(Duration::from_millis(50)).await,
                             Err(_) => break None,
@@ -121,8 +120,24 @@ impl Ledger {
     }
 }
 
-pub fn account_id(a: u64) -> String {
-    format!("acct-{a}")
+/// The accounts one driver uses: `acct-{first}` … `acct-{first + count - 1}`. Drivers that share
+/// a cluster use ranges of their own, so each audits only what it wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct AccountRange {
+    pub first: u64,
+    pub count: u64,
+}
+
+impl AccountRange {
+    /// The first `count` accounts (the demo's).
+    pub fn first(count: u64) -> Self {
+        AccountRange { first: 0, count }
+    }
+
+    /// The id of the account `a` places into the range.
+    pub fn id(&self, a: u64) -> String {
+        format!("acct-{}", self.first + a)
+    }
 }
 
 fn error_kind(e: &Error) -> &'static str {
@@ -182,7 +197,7 @@ async fn ask_retrying(
 /// `progress` is called about once a second with (acked, failed) so far.
 pub async fn run_accounts(
     accounts: &Accounts,
-    n: u64,
+    range: AccountRange,
     concurrency: u64,
     duration: Duration,
     ledger: &Arc<Mutex<Ledger>>,
@@ -205,7 +220,7 @@ pub async fn run_accounts(
                 rng ^= rng << 13;
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
-                let a = rng % n;
+                let a = rng % range.count.max(1);
                 let op = next_op.fetch_add(1, Ordering::Relaxed);
                 let amount = (rng >> 20) as i64 % 100 + 1;
                 let (cmd, signed) = match (rng >> 8) % 10 {
@@ -216,7 +231,7 @@ pub async fn run_accounts(
                 // Reads change nothing, so only writes carry a request id (and get recorded).
                 let request_id = (signed != 0).then(|| format!("{}-{op}", run_tag()));
                 let t = Instant::now();
-                let r = ask_retrying(&accounts, account_id(a), cmd, request_id, &mut errors).await;
+                let r = ask_retrying(&accounts, range.id(a), cmd, request_id, &mut errors).await;
                 let us = t.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
                 match r {
                     Ok(reply) => {

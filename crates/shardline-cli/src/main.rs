@@ -3,6 +3,7 @@
 mod args;
 mod bench;
 mod demo;
+mod external_load;
 mod journal_bench;
 mod load;
 mod node;
@@ -34,6 +35,10 @@ fn main() {
             args::Command::Demo(a) => {
                 init_logs("warn");
                 demo::run(a).await
+            }
+            args::Command::Load(a) => {
+                init_logs("warn");
+                external_load::run(a).await
             }
             args::Command::Bench(a) => {
                 init_logs("warn");

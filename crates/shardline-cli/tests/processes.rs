@@ -350,3 +350,43 @@ async fn a_leave_with_every_peer_unreachable_stops_the_shards_here_and_exits_0()
 async fn a_second_signal_cuts_a_leave_short() {
     leave_with_the_only_peer_frozen(true).await;
 }
+
+/// `shardline load` joins a running cluster as a proxy, writes accounts of its own range, and
+/// audits them: exit 0 and a JSON report with every promise kept. Against an address where no
+/// cluster runs it gives up after its join timeout with one line and exit 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_load_driver_joins_a_running_cluster_and_audits_what_it_wrote() {
+    let (p1, p2) = (free_port(), free_port());
+    let _n1 = spawn("n1", p1, p1);
+    let _n2 = spawn("n2", p2, p1);
+    let (_c, h) = driver(p1).await;
+    hosted_by(&h, &["n1", "n2"]).await;
+    let report = std::env::temp_dir().join(format!("shardline-load-{}.json", std::process::id()));
+    let seeds = format!("127.0.0.1:{p1}");
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_shardline"))
+            .args(["load", "--shards", &SHARDS.to_string(), "--entities", "300", "--concurrency", "8"])
+            .args(["--duration-secs", "2"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .output()
+            .expect("the shardline binary runs")
+    };
+    let out = run(&["--seeds", &seeds, "--json", &report.display().to_string()]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert!(json["acked"].as_u64().unwrap() > 0, "{json}");
+    for k in ["lost_acked", "double_applied", "ledger_mismatches"] {
+        assert_eq!(json["invariants"][k].as_u64(), Some(0), "{k}: {json}");
+    }
+    let nodes: Vec<&str> = json["nodes"].as_array().unwrap().iter().filter_map(|n| n["name"].as_str()).collect();
+    assert_eq!(nodes, ["n1", "n2"], "{json}");
+    let _ = std::fs::remove_file(&report);
+    // Nobody there.
+    let nowhere = format!("127.0.0.1:{}", free_port());
+    let out = run(&["--seeds", &nowhere, "--join-timeout-secs", "2"]);
+    let text = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("load failed: not every shard had a home"), "{text}");
+}

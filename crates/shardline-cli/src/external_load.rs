@@ -1,0 +1,153 @@
+//! `shardline load`: the demo's ledger load against a cluster this process did not start.
+//!
+//! The driver joins as a proxy member (it routes, hosts nothing, never leads), writes to accounts
+//! of its own range for a while, retrying unanswered operations with their request ids, then
+//! audits every account it wrote: each acknowledged operation applied exactly once, nothing else
+//! applied, balances equal to what was applied. Operators use it to check a cluster; the partition
+//! tests use it as the load that must survive.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use shardline::{Cluster, StrategyKind};
+
+use crate::args::LoadArgs;
+use crate::load::{percentiles, run_accounts, shards_per_node, AccountRange, Invariants, Latency, Ledger};
+use shardline_cli::register_accounts;
+
+/// What `shardline load --json` writes.
+#[derive(Debug, Serialize)]
+pub struct LoadReport {
+    pub cluster: String,
+    pub shards: u32,
+    pub accounts: AccountRange,
+    pub duration_s: f64,
+    pub acked: u64,
+    pub failed: u64,
+    pub ops_per_s: f64,
+    pub latency_us: Latency,
+    pub errors: std::collections::BTreeMap<String, u64>,
+    pub invariants: Invariants,
+    /// Shards per hosting node as this driver saw them at the end.
+    pub nodes: Vec<crate::demo::NodeReport>,
+}
+
+/// Runs the load; returns the exit code: 0 when every account is as the ledger says, 1 when the
+/// audit found a broken promise or the cluster could not be joined.
+pub async fn run(args: LoadArgs) -> i32 {
+    match run_inner(args).await {
+        Ok(report) => {
+            let i = report.invariants;
+            if i.lost_acked + i.double_applied + i.ledger_mismatches == 0 {
+                0
+            } else {
+                1
+            }
+        }
+        Err(e) => {
+            eprintln!("load failed: {e}");
+            1
+        }
+    }
+}
+
+/// A first account for this run: drivers that share a cluster write disjoint ranges.
+fn drawn_first_account() -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    std::process::id().hash(&mut h);
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()).hash(&mut h);
+    // Ranges of up to 10^8 accounts (the flag's limit) start on multiples of 10^9.
+    (h.finish() % 1_000_000) * 1_000_000_000
+}
+
+async fn run_inner(args: LoadArgs) -> Result<LoadReport, Box<dyn std::error::Error>> {
+    let range = AccountRange { first: args.first_account.unwrap_or_else(drawn_first_account), count: args.entities };
+    let name = args.name.clone().unwrap_or_else(|| format!("load-{}", std::process::id()));
+    let provider = shardline_cli::membership::provider(&args.membership, &args.cluster, &args.seeds).await?;
+    let driver = Cluster::builder()
+        .cluster_name(args.cluster.clone())
+        .node_name(name.clone())
+        .bind(args.bind.clone())
+        .proxy()
+        .membership_boxed(provider)
+        .build()
+        .await?;
+    // A proxy never runs a coordinator, so the strategy here is never used.
+    let accounts = register_accounts(&driver, args.shards, &StrategyKind::LeastShards, None).await?;
+    println!(
+        "load {name}: accounts acct-{}…acct-{}, {} callers, {} s, cluster {} ({})",
+        range.first,
+        range.first + range.count - 1,
+        args.concurrency,
+        args.duration_secs,
+        args.cluster,
+        args.membership
+    );
+    let join_limit = Duration::from_secs(args.join_timeout_secs);
+    let start = Instant::now();
+    while !accounts.entities().shard_homes().iter().all(Option::is_some) {
+        if start.elapsed() > join_limit {
+            let _ = driver.leave_within(Duration::from_secs(5)).await;
+            return Err(format!("not every shard had a home after {join_limit:?}: is the cluster up?").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let next_op = Arc::new(AtomicU64::new(1));
+    let last = Mutex::new(Instant::now());
+    let mut load = run_accounts(
+        &accounts,
+        range,
+        args.concurrency,
+        Duration::from_secs(args.duration_secs),
+        &ledger,
+        &next_op,
+        |acked, failed, t| {
+            let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
+            if last.elapsed() >= Duration::from_secs(1) {
+                *last = Instant::now();
+                let rate = acked as f64 / t.as_secs_f64().max(0.001);
+                println!("  {rate:>8.0} ops/s  acked {acked}  failed {failed}  ({t:.0?})");
+            }
+        },
+    )
+    .await;
+    println!("  auditing {} accounts", range.count);
+    let snapshot = std::mem::take(&mut *ledger.lock().unwrap_or_else(|e| e.into_inner()));
+    let invariants = snapshot.audit(&accounts, range, 64).await;
+    let nodes = shards_per_node(&accounts.entities().shard_homes())
+        .into_iter()
+        .map(|(name, shards)| crate::demo::NodeReport { name, shards })
+        .collect();
+    let report = LoadReport {
+        cluster: args.cluster.clone(),
+        shards: args.shards,
+        accounts: range,
+        duration_s: load.elapsed.as_secs_f64(),
+        acked: load.acked,
+        failed: load.failed,
+        ops_per_s: load.acked as f64 / load.elapsed.as_secs_f64().max(0.001),
+        latency_us: percentiles(&mut load.latencies),
+        errors: std::mem::take(&mut load.errors),
+        invariants,
+        nodes,
+    };
+    println!(
+        "load: {:.0} ops/s  p50 {:.0} µs  p99 {:.0} µs  acked {}  failed {}  errors {:?}",
+        report.ops_per_s, report.latency_us.p50, report.latency_us.p99, report.acked, report.failed, report.errors
+    );
+    println!(
+        "audit: lost acknowledged {}, applied twice {}, ledger mismatches {}",
+        invariants.lost_acked, invariants.double_applied, invariants.ledger_mismatches
+    );
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?).map_err(|e| format!("{path}: {e}"))?;
+    }
+    if let Err(e) = driver.leave_within(Duration::from_secs(10)).await {
+        eprintln!("the driver's leave did not finish: {e}");
+    }
+    Ok(report)
+}
