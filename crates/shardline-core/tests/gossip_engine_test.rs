@@ -4,12 +4,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use shardline_core::gossip::{GossipCommand, GossipConfig, GossipEngine, GossipEvent, GossipId};
-use shardline_core::{MemberStatus, NodeId};
+use shardline_core::{MemberStatus, NodeId, SplitBrainPolicy};
 
 struct Net {
     nodes: BTreeMap<String, GossipEngine>,
     /// Addresses that receive nothing and send nothing (a stopped process).
     silent: BTreeSet<String>,
+    /// Addresses cut off from the network: they run, but nothing they send or are sent arrives.
+    isolated: BTreeSet<String>,
     events: Vec<(String, GossipEvent)>,
     now: u64,
 }
@@ -26,13 +28,17 @@ fn id(name: &str, inc: u64) -> GossipId {
 
 impl Net {
     fn new() -> Self {
-        Net { nodes: BTreeMap::new(), silent: BTreeSet::new(), events: Vec::new(), now: 0 }
+        Net { nodes: BTreeMap::new(), silent: BTreeSet::new(), isolated: BTreeSet::new(), events: Vec::new(), now: 0 }
     }
 
     fn start(&mut self, name: &str, inc: u64, seeds: &[&str]) {
+        self.start_with(name, inc, seeds, GossipConfig::default());
+    }
+
+    fn start_with(&mut self, name: &str, inc: u64, seeds: &[&str], config: GossipConfig) {
         let seeds: Vec<String> = seeds.iter().map(|s| format!("{s}:7000")).collect();
         let me = id(name, inc);
-        let e = GossipEngine::new(GossipConfig::default(), me.clone(), &seeds, self.now, inc).unwrap();
+        let e = GossipEngine::new(config, me.clone(), &seeds, self.now, inc).unwrap();
         self.nodes.insert(me.addr, e);
     }
 
@@ -45,7 +51,7 @@ impl Net {
             let due: Vec<_> = inflight.iter().filter(|(at, ..)| *at <= now).cloned().collect();
             inflight.retain(|(at, ..)| *at > now);
             for (_, to, data) in due {
-                if self.silent.contains(&to) {
+                if self.silent.contains(&to) || self.isolated.contains(&to) {
                     continue;
                 }
                 if let Some(e) = self.nodes.get_mut(&to) {
@@ -61,6 +67,7 @@ impl Net {
                 }
                 for c in e.drain_commands() {
                     match c {
+                        GossipCommand::Send { .. } if self.isolated.contains(addr) => {}
                         GossipCommand::Send { to, data } => inflight.push((now + 1, to.addr, data)),
                         GossipCommand::Log(ev) => self.events.push((addr.clone(), ev)),
                         GossipCommand::Publish(_) => {}
@@ -168,4 +175,48 @@ fn an_exit_is_not_a_declaration_of_down() {
     assert_eq!(net.view("b").view.get(&me).map(|m| m.status), Some(MemberStatus::Removed));
     assert_eq!(net.view("a").view.get(&me).map(|m| m.status), Some(MemberStatus::Removed), "left, not down");
     assert!(net.events.contains(&("a:7000".into(), GossipEvent::MemberLeft { node: me.clone() })), "{:?}", net.events);
+}
+
+/// With the split-brain resolver, a member cut off alone is on the losing side: it downs itself,
+/// and the others down it, but show it down (so that its shards would be taken over) only after
+/// it has stopped. Without the resolver both sides would go on.
+#[test]
+fn a_member_cut_off_alone_downs_itself_before_the_others_take_over() {
+    let config = GossipConfig {
+        split_brain: Some(SplitBrainPolicy::KeepMajority),
+        stable_after_ms: 2_000,
+        down_margin_ms: 2_000,
+        ..GossipConfig::default()
+    };
+    let mut net = Net::new();
+    net.start_with("a", 1, &[], config.clone());
+    net.start_with("b", 2, &["a"], config.clone());
+    net.start_with("c", 3, &["a"], config);
+    net.run(5_000);
+    net.isolated.insert("c:7000".into());
+    let c = NodeId::new("c", 3);
+    let mut shown_down = false;
+    while net.now < 40_000 && !shown_down {
+        let t = net.now + 100;
+        net.run(t);
+        shown_down = net.view("a").view.get(&c).is_some_and(|m| m.status == MemberStatus::Down);
+        let c_stopped = net.events.contains(&("c:7000".into(), GossipEvent::DeclaredDown));
+        assert!(!shown_down || c_stopped, "t={}: c is down in a's view while it still runs", net.now);
+    }
+    assert!(shown_down, "the majority downed c");
+    let downed = GossipEvent::DownedUnreachable { nodes: [c.clone()].into() };
+    assert!(net.events.iter().any(|(n, e)| n != "c:7000" && *e == downed), "{:?}", net.events);
+    assert_eq!(net.view("c").view.get(&c).map(|m| m.status), Some(MemberStatus::Down));
+    // The majority still leads.
+    assert_eq!(net.view("b").leader.map(|(l, _)| l), Some(NodeId::new("a", 1)));
+}
+
+/// Gossip alone has no store to race for a lease in: `LeaseMajority` is refused at start.
+#[test]
+fn lease_majority_needs_a_store() {
+    let config = GossipConfig {
+        split_brain: Some(SplitBrainPolicy::LeaseMajority { acquire_delay_ms: 1_000 }),
+        ..GossipConfig::default()
+    };
+    assert!(GossipEngine::new(config, id("a", 1), &[], 0, 1).is_none());
 }

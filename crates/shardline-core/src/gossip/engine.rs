@@ -1,18 +1,22 @@
 //! The engine: foca's SWIM driven with time as an argument, its notifications and the status
 //! broadcasts turned into a [`MembershipView`] with a leader and its term.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::num::{NonZeroU8, NonZeroUsize};
 use std::time::Duration;
 
 use foca::{AccumulatingRuntime, Foca, Member, OwnedNotification, PostcardCodec, Timer};
 
 use super::identity::GossipId;
+use super::resolver::Resolver;
 use super::rng::SeededRng;
 use super::status::{StatusBroadcasts, StatusItem, Statuses};
 use crate::id::NodeId;
 use crate::membership::{Member as ViewMember, MemberStatus, MembershipView, PROXY_ROLE};
 use crate::shard_map::Term;
+use crate::split_brain::{SplitBrainDecision, SplitBrainPolicy};
+
+mod view;
 
 /// Settings of gossip membership (milliseconds).
 #[derive(Clone, Debug)]
@@ -37,6 +41,19 @@ pub struct GossipConfig {
     /// How long the first seed tries the other seeds before it starts a cluster alone (a
     /// restarted first seed must rejoin, not start a second cluster).
     pub bootstrap_grace_ms: u64,
+    /// How a partition is resolved. None: it is not — each side declares the other down once
+    /// suspicion runs out, and both go on. `LeaseMajority` needs a store and is refused here.
+    pub split_brain: Option<SplitBrainPolicy>,
+    /// How long the set of unreachable members must stay the same before the resolver decides.
+    pub stable_after_ms: u64,
+    /// With a resolver: how long a downed member is still shown unreachable rather than down
+    /// (nobody takes its shards over yet), so that its own side has stopped them first; one probe
+    /// period per member is added to it (see [`GossipEngine::down_margin_ms`]).
+    pub down_margin_ms: u64,
+    /// Breaks the protocol: downed members count as down at once, without the margin that lets
+    /// their side stop first. Exists so the simulation can prove it catches such a bug.
+    #[cfg(feature = "fault-injection")]
+    pub fault_no_down_margin: bool,
 }
 
 impl Default for GossipConfig {
@@ -51,6 +68,11 @@ impl Default for GossipConfig {
             status_every_ms: 1_000,
             term_floor: 0,
             bootstrap_grace_ms: 1_500,
+            split_brain: None,
+            stable_after_ms: 5_000,
+            down_margin_ms: 5_000,
+            #[cfg(feature = "fault-injection")]
+            fault_no_down_margin: false,
         }
     }
 }
@@ -75,6 +97,11 @@ pub enum GossipEvent {
     Leads {
         /// The term.
         term: Term,
+    },
+    /// The split-brain resolver kept this side and downed the members it could not reach.
+    DownedUnreachable {
+        /// The members downed.
+        nodes: BTreeSet<NodeId>,
     },
     /// A member was declared down.
     MemberDown {
@@ -145,6 +172,11 @@ pub struct GossipEngine {
     announce_at: u64,
     commands: VecDeque<GossipCommand>,
     published: Option<GossipView>,
+    resolver: Option<Resolver>,
+    /// The time of the latest input (views are built at it).
+    now: u64,
+    /// When data last came from any member.
+    heard_at: u64,
 }
 
 impl std::fmt::Debug for GossipEngine {
@@ -155,14 +187,21 @@ impl std::fmt::Debug for GossipEngine {
 
 impl GossipEngine {
     /// The engine of `me` (whose `node` must be set), joining through `seeds` (addresses; none:
-    /// it starts a cluster, or waits to be found), with randomness from `seed`.
+    /// it starts a cluster, or waits to be found), with randomness from `seed`. None when the
+    /// identity names no node or the settings are out of range.
     pub fn new(config: GossipConfig, me: GossipId, seeds: &[String], now: u64, seed: u64) -> Option<Self> {
         let node = me.node.clone()?;
         let ms = Duration::from_millis;
         let mut fc = foca::Config::simple();
         fc.probe_period = ms(config.probe_period_ms);
         fc.probe_rtt = ms(config.probe_rtt_ms);
-        fc.suspect_to_down_after = ms(config.suspect_to_down_ms);
+        // With a resolver, suspicion never runs out into down by itself: the resolver decides.
+        fc.suspect_to_down_after =
+            if config.split_brain.is_some() { ms(365 * 24 * 3_600_000) } else { ms(config.suspect_to_down_ms) };
+        let resolver = match config.split_brain.clone() {
+            Some(policy) => Some(Resolver::new(policy, config.stable_after_ms)?),
+            None => None,
+        };
         fc.remove_down_after = Some(ms(config.remove_down_after_ms));
         fc.max_transmissions = NonZeroU8::new(6)?;
         fc.max_packet_size = NonZeroUsize::new(64 * 1024)?;
@@ -208,6 +247,9 @@ impl GossipEngine {
             announce_at: now,
             commands: VecDeque::new(),
             published: None,
+            resolver,
+            now,
+            heard_at: now,
         };
         // Seeds are known as down placeholders: foca announces to down members periodically,
         // which is how this node joins, and how split sides find each other again.
@@ -232,13 +274,18 @@ impl GossipEngine {
     /// When [`handle_timeout`](Self::handle_timeout) must be called next.
     pub fn poll_timeout(&self) -> Option<u64> {
         let timer = self.timers.keys().next().map(|(at, _)| *at);
-        [timer, Some(self.status_at), Some(self.announce_at)].into_iter().flatten().min()
+        let resolve = self.resolver.as_ref().and_then(Resolver::deadline);
+        // A downed member's margin ends: it is shown down from then on.
+        let margin = self.down.values().map(|(_, since)| since + self.down_margin_ms()).filter(|t| *t > self.now);
+        let margin = if self.resolver.is_some() { margin.min() } else { None };
+        [timer, Some(self.status_at), Some(self.announce_at), resolve, margin].into_iter().flatten().min()
     }
 
     /// Data from a peer (a frame of the gossip protocol).
     pub fn handle_data(&mut self, now: u64, data: &[u8]) {
-        if let Err(error) = self.foca.handle_data(data, &mut self.runtime) {
-            self.log(GossipEvent::BadData { error: error.to_string() });
+        match self.foca.handle_data(data, &mut self.runtime) {
+            Ok(()) => self.heard_at = self.heard_at.max(now),
+            Err(error) => self.log(GossipEvent::BadData { error: error.to_string() }),
         }
         self.after(now);
     }
@@ -311,8 +358,10 @@ impl GossipEngine {
         }
     }
 
-    /// Carries out what foca asked for, decides leadership, publishes the view.
+    /// Carries out what foca asked for, decides partitions and leadership, publishes the view.
     fn after(&mut self, now: u64) {
+        self.now = self.now.max(now);
+        self.resolve(now);
         while let Some((to, data)) = self.runtime.to_send() {
             self.commands.push_back(GossipCommand::Send { to, data: data.to_vec() });
         }
@@ -366,6 +415,70 @@ impl GossipEngine {
             }
             self.down.insert(node, (id, now));
         }
+    }
+
+    /// Feeds the resolver the members this node reaches and those it suspects, and carries out
+    /// its decision: down the unreachable (through foca, which spreads it), or down this node.
+    fn resolve(&mut self, now: u64) {
+        if self.declared_down || self.status == MemberStatus::Removed {
+            return;
+        }
+        let Some(resolver) = self.resolver.as_mut() else { return };
+        let member = |id: &GossipId| {
+            id.node.as_ref().map(|n| {
+                let mut m = ViewMember::new(n.clone(), n.incarnation).with_status(MemberStatus::Up);
+                for r in &id.roles {
+                    m = m.with_role(r.clone());
+                }
+                m
+            })
+        };
+        let mut reachable: Vec<ViewMember> = member(&self.me).into_iter().collect();
+        let mut unreachable = Vec::new();
+        let mut suspects = Vec::new();
+        // Probing finds unreachable members one per period; a node cut off from everyone would
+        // take a period per member to find out, long after the others decided about it. Hearing
+        // nothing at all for two periods says the same at once.
+        let cut_off = now.saturating_sub(self.heard_at) >= 2 * self.config.probe_period_ms;
+        for m in self.foca.iter_members() {
+            match m.state() {
+                foca::State::Alive if !cut_off => reachable.extend(member(m.id())),
+                foca::State::Alive | foca::State::Suspect => {
+                    unreachable.extend(member(m.id()));
+                    suspects.push(m.id().clone());
+                }
+                foca::State::Down => {}
+            }
+        }
+        match resolver.observe(now, &reachable, &unreachable) {
+            None => {}
+            Some(SplitBrainDecision::DownUnreachable) => {
+                let nodes: BTreeSet<NodeId> = suspects.iter().filter_map(|id| id.node.clone()).collect();
+                self.log(GossipEvent::DownedUnreachable { nodes });
+                let downs = suspects.into_iter().map(Member::down).collect::<Vec<_>>();
+                if let Err(error) = self.foca.apply_many(downs.into_iter(), true, &mut self.runtime) {
+                    self.log(GossipEvent::BadData { error: error.to_string() });
+                }
+            }
+            // Gossip alone has no lease to acquire (refused at start): treated as losing.
+            Some(SplitBrainDecision::DownReachable) | Some(SplitBrainDecision::AcquireLease { .. }) => {
+                self.declared_down = true;
+                self.log(GossipEvent::DeclaredDown);
+            }
+        }
+    }
+
+    /// How long a downed member still counts as possibly running. The two sides of a partition
+    /// do not decide at the same moment: each finds the other side unreachable by probing one
+    /// member per period, so a side may take up to a period per member longer to see a stable
+    /// set than the other. The margin covers that, on top of the configured one.
+    pub fn down_margin_ms(&self) -> u64 {
+        #[cfg(feature = "fault-injection")]
+        if self.config.fault_no_down_margin {
+            return 0;
+        }
+        let members = self.foca.num_members() as u64 + self.down.len() as u64;
+        self.config.down_margin_ms + members * self.config.probe_period_ms
     }
 
     /// Whether `node` said it was done before it went (a graceful leave, not a failure).
@@ -422,56 +535,6 @@ impl GossipEngine {
         }
         candidates.into_iter().min_by(|a, b| (a.incarnation, a).cmp(&(b.incarnation, b)))
     }
-
-    fn view_without_leader(&self) -> (MembershipView, BTreeMap<NodeId, String>) {
-        let statuses = self.statuses.lock().unwrap_or_else(|e| e.into_inner());
-        let mut view = MembershipView::new();
-        let mut addresses = BTreeMap::new();
-        let mut add = |id: &GossipId, status: MemberStatus, reachable: bool| {
-            let Some(node) = id.node.clone() else { return };
-            let mut m = ViewMember::new(node.clone(), node.incarnation)
-                .with_status(status)
-                .with_version(&id.app_version)
-                .with_weight(id.weight);
-            for r in &id.roles {
-                m = m.with_role(r.clone());
-            }
-            if view.add(m).is_ok() {
-                addresses.insert(node.clone(), id.addr.clone());
-                let _ = view.set_reachable(&node, reachable);
-            }
-        };
-        let me = if self.declared_down { MemberStatus::Down } else { self.status };
-        add(&self.me, me, true);
-        for m in self.foca.iter_members() {
-            let id = m.id();
-            let Some(node) = &id.node else { continue };
-            // Not heard of its status yet: joining.
-            let status = statuses.get(node).map_or(MemberStatus::Joining, |s| s.status);
-            add(id, status, m.state() == foca::State::Alive);
-        }
-        for (id, _) in self.down.values() {
-            let left =
-                id.node.as_ref().and_then(|n| statuses.get(n)).is_some_and(|s| s.status == MemberStatus::Removed);
-            add(id, if left { MemberStatus::Removed } else { MemberStatus::Down }, false);
-        }
-        (view, addresses)
-    }
-
-    /// The membership as this node sees it.
-    pub fn view(&self) -> GossipView {
-        let (mut view, addresses) = self.view_without_leader();
-        let leader = oldest_reachable_up(&view);
-        let term = match &leader {
-            Some(l) if *l == self.node => Some(self.term),
-            Some(l) => self.statuses.lock().unwrap_or_else(|e| e.into_inner()).get(l).map(|s| s.leader_term),
-            None => None,
-        };
-        // A leader is published once its term is known (it announces it in its status).
-        let leader = leader.zip(term).filter(|(_, t)| *t > 0);
-        let _ = view.set_leader(leader.as_ref().map(|(l, _)| l.clone()));
-        GossipView { view, leader, addresses }
-    }
 }
 
 /// A term above `above` for a member whose tag is `tag`: a counter one above `above`'s in the
@@ -498,12 +561,4 @@ fn term_tag(seed: u64) -> u32 {
             return tag;
         }
     }
-}
-
-/// The oldest `Up` reachable member that may lead (proxies never do).
-fn oldest_reachable_up(view: &MembershipView) -> Option<NodeId> {
-    view.members()
-        .filter(|m| m.status == MemberStatus::Up && !m.roles.contains(PROXY_ROLE) && view.is_reachable(&m.node))
-        .min_by(|a, b| (a.node.incarnation, &a.node).cmp(&(b.node.incarnation, &b.node)))
-        .map(|m| m.node.clone())
 }

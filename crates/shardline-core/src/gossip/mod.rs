@@ -25,10 +25,17 @@
 //!   it in about 3 % of its schedules; seed membership now takes its terms with [`term_above`]
 //!   too). They collide only if their tags do (one in 2³²).
 //!
+//! - **Partitions** are resolved when [`GossipConfig::split_brain`] names a policy: once the set
+//!   of unreachable members has stayed the same for `stable_after`, the policy decides; the
+//!   surviving side downs the others, a member of the losing side downs itself. A downed member
+//!   is shown unreachable, not down, for a margin, so that its side has stopped before anyone
+//!   takes its shards over.
+//!
 //! The runtime's `membership::Gossip` provider carries out its commands over the node's transport.
 
 mod engine;
 mod identity;
+mod resolver;
 mod rng;
 mod status;
 

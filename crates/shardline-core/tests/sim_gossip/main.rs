@@ -1,10 +1,13 @@
 //! Deterministic simulation of gossip membership: the real [`GossipEngine`]s of two to six
 //! nodes on a simulated network with latency, loss, crashes, leaves and restarts as new
-//! incarnations — all from one seeded generator. (Partitions, one-way links and pauses are
-//! written too, and switched off: see `World::splits`.)
+//! incarnations — all from one seeded generator. Half the schedules run engines with the
+//! split-brain resolver (`KeepMajority`), and add partitions, one-way links and pauses.
 //!
-//! After every step it checks G1 (one leader per term). After the faults it checks G2: every
-//! live member sees every other one `Up` and reachable, and all name the same leader.
+//! After every step it checks G1 (one leader per term) and G3 (a member that a leader shows down,
+//! so that its shards would be taken over, has stopped: crashed or declared itself down; members
+//! that were paused are left out, since gossip alone cannot stop a paused process in time). After
+//! the faults it checks G2: every live member sees every other one `Up` and reachable, and all
+//! name the same leader.
 //!
 //! `SHARDLINE_SIM_SCHEDULES=N` sets the number of schedules (default 300);
 //! `SHARDLINE_SIM_SEED=S` replays one schedule with a trace.
@@ -62,6 +65,25 @@ fn sim_gossip_schedules_keep_invariants() {
         println!("  seed {seed}: {v}  (replay: SHARDLINE_SIM_SEED={seed})");
     }
     assert!(failures.is_empty(), "{} of {n} gossip schedules violated an invariant", failures.len());
+}
+
+/// The checker can fail: engines that count a downed member as down at once take over the shards
+/// of a side that has not stopped yet.
+#[test]
+fn sim_gossip_catches_a_missing_down_margin() {
+    let (failures, _) = run_many(2_000_000, 300, |p| {
+        p.resolver = true;
+        p.broken_margin = true;
+        p.faults = p.faults.max(3);
+    });
+    println!("no down margin: {} of 300 schedules caught", failures.len());
+    for (seed, v) in failures.iter().take(3) {
+        println!("  seed {seed}: {v}");
+    }
+    assert!(
+        failures.iter().any(|(_, v)| v.contains("G3")),
+        "the simulation did not notice a side taken over too early"
+    );
 }
 
 /// The checker can fail: engines that never repeat their status leave members that joined later

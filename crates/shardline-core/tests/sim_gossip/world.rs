@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::Hash;
 
 use shardline_core::gossip::{GossipCommand, GossipConfig, GossipEngine, GossipEvent, GossipId, GossipView};
-use shardline_core::{MemberStatus, NodeId};
+use shardline_core::{MemberStatus, NodeId, SplitBrainPolicy};
 
 use super::queue::Queue;
 use super::rng::Rng;
@@ -21,6 +21,14 @@ pub struct Params {
     pub active_ms: u64,
     /// Engines that never repeat their status (members that joined later never learn it).
     pub broken_status: bool,
+    /// Engines resolve partitions (`KeepMajority`), and the world makes partitions, one-way
+    /// cuts and pauses; without a resolver, crashes, leaves and loss only.
+    pub resolver: bool,
+    /// The resolver's stable-after (and down margin).
+    pub stable_after_ms: u64,
+    /// Engines that count a downed member as down at once, without the margin that lets its
+    /// side stop first.
+    pub broken_margin: bool,
 }
 
 impl Params {
@@ -34,6 +42,9 @@ impl Params {
             faults: r.range(0, 6) as usize,
             active_ms: r.range(5_000, 20_000),
             broken_status: false,
+            resolver: r.chance(0.5),
+            stable_after_ms: r.range(1_000, 5_000),
+            broken_margin: false,
         }
     }
 }
@@ -58,6 +69,9 @@ struct SimNode {
     view: Option<GossipView>,
     declared_down: bool,
     timer_at: Option<u64>,
+    /// Paused at least once (a paused process acts on what it missed only when it wakes: gossip
+    /// alone cannot stop it in time, which is what leases are for).
+    was_paused: bool,
 }
 
 pub struct World {
@@ -73,9 +87,8 @@ pub struct World {
     /// Links that drop everything from the first slot to the second.
     cut: BTreeSet<(usize, usize)>,
     terms: BTreeMap<u64, NodeId>,
-    /// Partitions, one-way cuts and pauses. Off: with them, about 1 schedule in 150 ends with a
-    /// member that others hold down while it never learns it (so it never comes back as a new
-    /// incarnation); that is the split-brain work's to solve.
+    /// Partitions, one-way cuts and pauses: on with the resolver. Without one, each side of a
+    /// partition downs the other and both go on, which is what the resolver is for.
     pub splits: bool,
     pub violations: Vec<String>,
     pub trace: std::collections::hash_map::DefaultHasher,
@@ -100,7 +113,7 @@ impl World {
             partition: 0,
             cut: BTreeSet::new(),
             terms: BTreeMap::new(),
-            splits: false,
+            splits: p.resolver,
             violations: Vec::new(),
             trace: Default::default(),
             steps: 0,
@@ -136,7 +149,13 @@ impl World {
         let term_floor = self.terms.keys().next_back().copied().unwrap_or(0);
         // The broken engine never repeats its status.
         let status_every_ms = if self.p.broken_status { u64::MAX / 4 } else { GossipConfig::default().status_every_ms };
-        let config = GossipConfig { term_floor, status_every_ms, ..GossipConfig::default() };
+        let mut config = GossipConfig { term_floor, status_every_ms, ..GossipConfig::default() };
+        if self.p.resolver {
+            config.split_brain = Some(SplitBrainPolicy::KeepMajority);
+            config.stable_after_ms = self.p.stable_after_ms;
+            config.down_margin_ms = self.p.stable_after_ms;
+            config.fault_no_down_margin = self.p.broken_margin;
+        }
         // Every node knows the first two as seeds.
         let seeds: Vec<String> = (0..self.p.nodes.min(2)).map(addr).collect();
         let seed = self.rng.next_u64();
@@ -154,6 +173,7 @@ impl World {
             view: None,
             declared_down: false,
             timer_at: None,
+            was_paused: false,
         }
     }
 
@@ -196,6 +216,9 @@ impl World {
                 GossipCommand::Publish(view) => {
                     if let Some((l, term)) = &view.leader {
                         self.claim(*term, l.clone());
+                        if Some(l) == self.nodes[slot].id.node.as_ref() {
+                            self.check_downed_side(&view);
+                        }
                     }
                     self.nodes[slot].view = Some(view);
                 }
@@ -225,6 +248,21 @@ impl World {
                 self.nodes[slot].timer_at = Some(at);
                 let inc = self.inc(slot);
                 self.schedule(at, Ev::Timer { slot, inc });
+            }
+        }
+    }
+
+    /// G3: when a leader shows a member down (its shards would be taken over), that member has
+    /// stopped: crashed, or declared itself down. Paused members are left out (see `was_paused`).
+    fn check_downed_side(&mut self, view: &GossipView) {
+        for m in view.view.members().filter(|m| m.status == MemberStatus::Down) {
+            let running = self
+                .nodes
+                .iter()
+                .any(|n| n.id.node.as_ref() == Some(&m.node) && n.alive && !n.declared_down && !n.was_paused);
+            if running {
+                self.violations
+                    .push(format!("t={} G3: {} is down in the leader's view but still up", self.now, m.node));
             }
         }
     }
@@ -337,6 +375,7 @@ impl World {
                 let until = now + self.rng.range(100, 6_000);
                 self.log(|| format!("fault: n{slot} paused until {until}"));
                 self.nodes[slot].paused_until = until;
+                self.nodes[slot].was_paused = true;
                 self.schedule(until, Ev::Unpause { slot, inc });
             }
             _ => {

@@ -12,9 +12,11 @@
 //! - Gossip is lossy by design (SWIM repeats and probes indirectly): data that cannot be queued
 //!   is counted and dropped, never waited for.
 //!
-//! **No split-brain resolution yet.** Two sides of a partition each declare the other down and
-//! each elect a leader, so a shard can be hosted on both sides. Use gossip membership for
-//! development and single-host clusters; production clusters use a lease provider (etcd or NATS).
+//! **No split-brain resolution by default yet.** Without a resolver, two sides of a partition
+//! each declare the other down and each elect a leader, so a shard can be hosted on both sides.
+//! [`GossipConfig::split_brain`](shardline_core::gossip::GossipConfig::split_brain) turns the
+//! core's resolver on. Use gossip membership for development and single-host clusters;
+//! production clusters use a lease provider (etcd or NATS).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
@@ -221,6 +223,9 @@ fn log(event: &GossipEvent) {
     match event {
         GossipEvent::Joined => info!("joined the cluster"),
         GossipEvent::Leads { term } => info!(term, "this node leads the cluster"),
+        GossipEvent::DownedUnreachable { nodes } => {
+            warn!(?nodes, "split-brain resolver: this side survives and downs the members it cannot reach")
+        }
         GossipEvent::MemberDown { node } => warn!(%node, "member declared down"),
         GossipEvent::MemberLeft { node } => info!(%node, "member left the cluster"),
         GossipEvent::DeclaredDown => warn!("this node was declared down by the cluster"),
