@@ -1,7 +1,7 @@
 //! Command line.
 
 use clap::{Args, Parser, Subcommand};
-use shardline_cli::membership::MembershipSpec;
+use shardline_cli::membership::{MembershipSpec, SplitBrainArg};
 use shardline_cli::store::StoreSpec;
 use shardline_cli::StrategyArg;
 
@@ -52,6 +52,14 @@ pub struct NodeArgs {
     /// Membership: seeds, etcd://HOST:PORT or nats://HOST:PORT.
     #[arg(long, env = "SHARDLINE_MEMBERSHIP", default_value = "seeds")]
     pub membership: MembershipSpec,
+    /// Split-brain resolution of gossip membership: off, keep-majority, keep-oldest or
+    /// static-quorum:N (the same on every member).
+    #[arg(long, env = "SHARDLINE_SPLIT_BRAIN", default_value = "off")]
+    pub split_brain: SplitBrainArg,
+    /// How long the set of unreachable members must stay the same before the resolver decides,
+    /// in milliseconds (the same on every member).
+    #[arg(long, env = "SHARDLINE_STABLE_AFTER_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub stable_after_ms: u64,
     /// Cluster name.
     #[arg(long, env = "SHARDLINE_CLUSTER", default_value = "shardline-demo")]
     pub cluster: String,
@@ -84,6 +92,14 @@ pub struct LoadArgs {
     /// Membership: seeds, etcd://HOST:PORT or nats://HOST:PORT (the cluster's).
     #[arg(long, env = "SHARDLINE_MEMBERSHIP", default_value = "seeds")]
     pub membership: MembershipSpec,
+    /// Split-brain resolution of gossip membership: off, keep-majority, keep-oldest or
+    /// static-quorum:N (the same on every member).
+    #[arg(long, env = "SHARDLINE_SPLIT_BRAIN", default_value = "off")]
+    pub split_brain: SplitBrainArg,
+    /// How long the set of unreachable members must stay the same before the resolver decides,
+    /// in milliseconds (the same on every member).
+    #[arg(long, env = "SHARDLINE_STABLE_AFTER_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub stable_after_ms: u64,
     /// Cluster name (the cluster's).
     #[arg(long, env = "SHARDLINE_CLUSTER", default_value = "shardline-demo")]
     pub cluster: String,

@@ -15,6 +15,7 @@ use shardline::{Cluster, StrategyKind};
 
 use crate::args::LoadArgs;
 use crate::load::{percentiles, run_accounts, shards_per_node, AccountRange, Invariants, Latency, Ledger};
+use shardline_cli::membership::{gossip_config, provider_with};
 use shardline_cli::register_accounts;
 
 /// What `shardline load --json` writes.
@@ -66,7 +67,10 @@ fn drawn_first_account() -> u64 {
 async fn run_inner(args: LoadArgs) -> Result<LoadReport, Box<dyn std::error::Error>> {
     let range = AccountRange { first: args.first_account.unwrap_or_else(drawn_first_account), count: args.entities };
     let name = args.name.clone().unwrap_or_else(|| format!("load-{}", std::process::id()));
-    let provider = shardline_cli::membership::provider(&args.membership, &args.cluster, &args.seeds).await?;
+    // A proxy follows its side of a partition, so it resolves with the same settings.
+    let gossip = gossip_config(&args.split_brain, args.stable_after_ms);
+    let leases = shardline_cli::membership::lease_config();
+    let provider = provider_with(&args.membership, &args.cluster, &args.seeds, leases, gossip).await?;
     let driver = Cluster::builder()
         .cluster_name(args.cluster.clone())
         .node_name(name.clone())

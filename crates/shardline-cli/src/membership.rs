@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shardline::membership::lease::{CoordinationStore, LeaseConfig, Leases};
-use shardline::{Gossip, MembershipProvider};
+use shardline::{Gossip, GossipConfig, MembershipProvider};
+use shardline_core::SplitBrainPolicy;
 #[cfg(feature = "etcd")]
 use shardline_etcd::EtcdStore;
 #[cfg(feature = "nats")]
@@ -48,6 +49,42 @@ impl std::fmt::Display for MembershipSpec {
             MembershipSpec::Etcd(a) => write!(f, "etcd://{a}"),
             MembershipSpec::Nats(u) => f.write_str(u),
         }
+    }
+}
+
+/// A `--split-brain` value: `off` (the default), `keep-majority`, `keep-oldest`, or
+/// `static-quorum:N`. Gossip membership only: lease membership has its store to decide.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SplitBrainArg(pub Option<SplitBrainPolicy>);
+
+impl std::str::FromStr for SplitBrainArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let policy = match s {
+            "off" => None,
+            "keep-majority" => Some(SplitBrainPolicy::KeepMajority),
+            "keep-oldest" => Some(SplitBrainPolicy::KeepOldest { down_if_alone: true }),
+            _ => match s.strip_prefix("static-quorum:").map(str::parse::<usize>) {
+                Some(Ok(quorum)) if quorum > 0 => Some(SplitBrainPolicy::StaticQuorum { quorum }),
+                _ => {
+                    return Err(format!(
+                        "expected off, keep-majority, keep-oldest or static-quorum:N (N ≥ 1), got {s:?}"
+                    ))
+                }
+            },
+        };
+        Ok(SplitBrainArg(policy))
+    }
+}
+
+/// Gossip settings with a split-brain policy and its stable-after (also the down margin).
+pub fn gossip_config(split_brain: &SplitBrainArg, stable_after_ms: u64) -> GossipConfig {
+    GossipConfig {
+        split_brain: split_brain.0.clone(),
+        stable_after_ms,
+        down_margin_ms: stable_after_ms,
+        ..GossipConfig::default()
     }
 }
 
@@ -105,20 +142,20 @@ pub async fn provider(
     cluster: &str,
     seeds: &[String],
 ) -> Result<Box<dyn MembershipProvider>, String> {
-    provider_with(spec, cluster, seeds, lease_config(), 0).await
+    provider_with(spec, cluster, seeds, lease_config(), GossipConfig::default()).await
 }
 
-/// [`provider`] with lease settings of its own; with seeds, terms start above `term_floor` (the
-/// journal's highest fence term: see [`Gossip::term_floor`]).
+/// [`provider`] with settings of its own. With gossip, set `gossip.term_floor` to the journal's
+/// highest fence term (see [`Gossip::term_floor`]).
 pub async fn provider_with(
     spec: &MembershipSpec,
     cluster: &str,
     seeds: &[String],
     leases: LeaseConfig,
-    term_floor: u64,
+    gossip: GossipConfig,
 ) -> Result<Box<dyn MembershipProvider>, String> {
     Ok(match store(spec, cluster).await? {
-        None => Box::new(Gossip::new(seeds.to_vec()).term_floor(term_floor)),
+        None => Box::new(Gossip::new(seeds.to_vec()).with_config(gossip)),
         Some(store) => Box::new(Leases::new(store, cluster, leases)),
     })
 }

@@ -13,7 +13,8 @@ use tracing::{error, info, warn};
 
 use crate::args::NodeArgs;
 use shardline::membership::lease::LeaseConfig;
-use shardline_cli::membership::{lease_config, provider_with};
+use shardline::GossipConfig;
+use shardline_cli::membership::{gossip_config, lease_config, provider_with};
 use shardline_cli::{register_accounts, store, Echo};
 
 /// The entity types every demo node serves; accounts keep their journal in `journal`.
@@ -34,7 +35,8 @@ async fn start(args: &NodeArgs, journal: &Arc<dyn Journal>) -> Result<Cluster, S
     // Gossip terms live only as long as the cluster: a cluster restarted from scratch must start
     // above the fences its earlier incarnation left in the journal.
     let floor = journal.highest_term().await.map_err(|e| format!("cannot read the journal: {e}"))?;
-    let membership = provider_with(&args.membership, &args.cluster, &args.seeds, leases, floor).await?;
+    let gossip = GossipConfig { term_floor: floor, ..gossip_config(&args.split_brain, args.stable_after_ms) };
+    let membership = provider_with(&args.membership, &args.cluster, &args.seeds, leases, gossip).await?;
     let mut b = Cluster::builder()
         .cluster_name(&args.cluster)
         .node_name(&args.name)

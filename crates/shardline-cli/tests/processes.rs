@@ -127,6 +127,14 @@ fn bad_flags_exit_2_with_a_message() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot bind"));
     let out = Command::new(env!("CARGO_BIN_EXE_shardline")).args(["demo", "--nodes", "0"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+    for bad in ["sometimes", "static-quorum:0", "static-quorum:x"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_shardline"))
+            .args(["node", "--name", "x", "--bind", "127.0.0.1:1", "--seeds", "127.0.0.1:1", "--split-brain", bad])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("expected off, keep-majority"), "{out:?}");
+    }
     // A store spec that cannot be parsed, and a journal that cannot be opened.
     let out = Command::new(env!("CARGO_BIN_EXE_shardline"))
         .args(["node", "--name", "x", "--bind", "127.0.0.1:1", "--seeds", "127.0.0.1:1", "--store", "mysql://x"])
