@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, unit, property, multi-node and multi-process tests,
-# 10,000 simulated schedules of the sharding protocol, and a short demo run. Installs what it
+# The whole test suite: formatting, lints, unit, property, multi-node and multi-process tests
+# (real partitions between network namespaces among them: run as root), 10,000 simulated
+# schedules of each simulated world, and a short demo run. Installs what it
 # needs from Debian's packages when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,8 @@ command -v jq >/dev/null || need_apt+=(jq)
 command -v etcd >/dev/null || need_apt+=(etcd-server)
 command -v protoc >/dev/null || need_apt+=(protobuf-compiler)
 command -v nats-server >/dev/null || need_apt+=(nats-server)
+# The partition tests put node processes in network namespaces (ip netns, ip link).
+command -v ip >/dev/null || need_apt+=(iproute2)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing: ${need_apt[*]}"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi

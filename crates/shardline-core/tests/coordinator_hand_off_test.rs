@@ -121,3 +121,33 @@ fn shard_stopped_from_wrong_node_or_epoch_is_ignored() {
     assert!(drain(&mut c).is_empty());
     assert_eq!(c.shard_map().owner(s), Some(&node("a")));
 }
+
+/// A proxy registered its region, left, and was forgotten once its tombstone expired: it is
+/// gone from the view, not down. Its region can never acknowledge, so it must not be asked, or
+/// every later hand-off waits for it until it times out (a real partition test found every move
+/// to rejoined nodes abandoned that way).
+#[test]
+fn a_region_whose_member_is_forgotten_holds_no_hand_off() {
+    let mut c = coordinator(2, &["a"]);
+    c.handle_membership(5, &view(&["a", "p"]));
+    c.handle_register(5, &node("p"), 1, &[], false);
+    drain(&mut c);
+    // "p" is gone from the view altogether; "b" joins.
+    c.handle_membership(10, &view(&["a", "b"]));
+    c.handle_register(10, &node("b"), 1, &[], true);
+    let s = c.hand_offs_in_progress().next().expect("a hand-off started");
+    let asked: Vec<_> = drain(&mut c)
+        .into_iter()
+        .filter_map(|cmd| match cmd {
+            CoordinatorCommand::SendBeginHandOff { to, shard } if shard == s => Some(to),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert!(!asked.is_empty() && !asked.contains(&node("p")), "asked {asked:?}");
+    for (i, r) in asked.iter().enumerate() {
+        c.handle_begin_hand_off_ack(11 + i as u64, r, 1, s);
+    }
+    let epoch = c.shard_map().slot(s).unwrap().epoch;
+    assert_eq!(drain(&mut c), vec![CoordinatorCommand::SendHandOff { to: node("a"), shard: s, epoch }]);
+}

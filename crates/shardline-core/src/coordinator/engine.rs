@@ -429,8 +429,8 @@ impl CoordinatorEngine {
     /// owner is fenced.
     fn on_fenced(&mut self, now: u64) {
         let view = &self.view;
-        self.regions.retain(|r| !view.is_fenced(r));
-        self.hosting.retain(|r| !view.is_fenced(r));
+        self.regions.retain(|r| !region_gone(view, r));
+        self.hosting.retain(|r| !region_gone(view, r));
         let fenced_owners: Vec<ShardId> = self
             .map
             .iter()
@@ -483,7 +483,7 @@ impl CoordinatorEngine {
     }
 
     pub(super) fn live_regions(&self) -> Vec<NodeId> {
-        self.regions.iter().filter(|r| !self.view.is_fenced(r)).cloned().collect()
+        self.regions.iter().filter(|r| !region_gone(&self.view, r)).cloned().collect()
     }
 
     /// Allocates a shard directly (no live owner to hand off from) and queues its announcement.
@@ -494,4 +494,12 @@ impl CoordinatorEngine {
         self.announce.push((shard, home.clone()));
         Some(home)
     }
+}
+
+/// Whether the region of `node` can no longer answer: its member is stopped, or gone from the
+/// view altogether (a member that left is forgotten once its tombstone expires; waiting for its
+/// region's acknowledgement held every later hand-off until it timed out). A member that shows up
+/// again is asked to register anew.
+pub(super) fn region_gone(view: &MembershipView, node: &NodeId) -> bool {
+    view.is_fenced(node) || view.get(node).is_none()
 }

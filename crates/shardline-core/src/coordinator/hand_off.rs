@@ -179,7 +179,7 @@ impl CoordinatorEngine {
         }
         if let Phase::Begin { pending } = &mut ho.phase {
             let view = &self.view;
-            pending.retain(|r| !view.is_fenced(r));
+            pending.retain(|r| !super::engine::region_gone(view, r));
         }
         self.advance(now, shard);
     }

@@ -413,7 +413,9 @@ impl GossipEngine {
                 };
                 self.log(event);
             }
-            self.down.insert(node, (id, now));
+            // Told again (a newer incarnation took its address): it stays down since the first
+            // time, or it would show up again as a member for another margin.
+            self.down.entry(node).or_insert((id, now));
         }
     }
 
