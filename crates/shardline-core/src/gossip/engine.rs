@@ -44,7 +44,9 @@ pub struct GossipConfig {
     /// How a partition is resolved. None: it is not — each side declares the other down once
     /// suspicion runs out, and both go on. `LeaseMajority` needs a store and is refused here.
     pub split_brain: Option<SplitBrainPolicy>,
-    /// How long the set of unreachable members must stay the same before the resolver decides.
+    /// How long the set of unreachable members must stay the same before the resolver decides;
+    /// never less than a probe period per member (plus one probe's wait), the longest a member
+    /// can go unprobed.
     pub stable_after_ms: u64,
     /// With a resolver: how long a downed member is still shown unreachable rather than down
     /// (nobody takes its shards over yet), so that its own side has stopped them first; one probe
@@ -177,6 +179,9 @@ pub struct GossipEngine {
     now: u64,
     /// When data last came from any member.
     heard_at: u64,
+    /// Each member's newest status version and when it arrived: a member whose statuses still
+    /// come in is connected to this node's side, through others if not directly.
+    status_seen: BTreeMap<NodeId, (u64, u64)>,
 }
 
 impl std::fmt::Debug for GossipEngine {
@@ -199,7 +204,7 @@ impl GossipEngine {
         fc.suspect_to_down_after =
             if config.split_brain.is_some() { ms(365 * 24 * 3_600_000) } else { ms(config.suspect_to_down_ms) };
         let resolver = match config.split_brain.clone() {
-            Some(policy) => Some(Resolver::new(policy, config.stable_after_ms)?),
+            Some(policy) => Some(Resolver::new(policy)?),
             None => None,
         };
         fc.remove_down_after = Some(ms(config.remove_down_after_ms));
@@ -208,6 +213,14 @@ impl GossipEngine {
         fc.notify_down_members = true;
         fc.periodic_gossip =
             Some(foca::PeriodicParams { frequency: ms(config.gossip_every_ms), num_members: NonZeroUsize::new(3)? });
+        // A suspicion spread only to one side of a partition is never refuted after the heal
+        // unless the suspect hears of it: with the resolver, suspicion never runs out by itself,
+        // so every member also swaps its full view with a random member now and then (foca's
+        // announce, answered with a feed), which carries the suspicion to the suspect.
+        fc.periodic_announce = config
+            .split_brain
+            .is_some()
+            .then(|| foca::PeriodicParams { frequency: ms(config.announce_every_ms), num_members: NonZeroUsize::MIN });
         fc.periodic_announce_to_down_members =
             Some(foca::PeriodicParams { frequency: ms(config.announce_every_ms), num_members: NonZeroUsize::new(2)? });
         let statuses = Statuses::default();
@@ -250,6 +263,7 @@ impl GossipEngine {
             resolver,
             now,
             heard_at: now,
+            status_seen: BTreeMap::new(),
         };
         // Seeds are known as down placeholders: foca announces to down members periodically,
         // which is how this node joins, and how split sides find each other again.
@@ -361,6 +375,7 @@ impl GossipEngine {
     /// Carries out what foca asked for, decides partitions and leadership, publishes the view.
     fn after(&mut self, now: u64) {
         self.now = self.now.max(now);
+        self.note_statuses(now);
         self.resolve(now);
         while let Some((to, data)) = self.runtime.to_send() {
             self.commands.push_back(GossipCommand::Send { to, data: data.to_vec() });
@@ -419,6 +434,17 @@ impl GossipEngine {
         }
     }
 
+    /// Records when each member's status last advanced (see [`connected`]).
+    fn note_statuses(&mut self, now: u64) {
+        let statuses = self.statuses.lock().unwrap_or_else(|e| e.into_inner());
+        for (node, item) in statuses.iter() {
+            let seen = self.status_seen.entry(node.clone()).or_insert((item.version, now));
+            if item.version > seen.0 {
+                *seen = (item.version, now);
+            }
+        }
+    }
+
     /// Feeds the resolver the members this node reaches and those it suspects, and carries out
     /// its decision: down the unreachable (through foca, which spreads it), or down this node.
     fn resolve(&mut self, now: u64) {
@@ -443,8 +469,9 @@ impl GossipEngine {
         // nothing at all for two periods says the same at once.
         let cut_off = now.saturating_sub(self.heard_at) >= 2 * self.config.probe_period_ms;
         for m in self.foca.iter_members() {
+            let connected = connected(&self.status_seen, &self.config, now, m);
             match m.state() {
-                foca::State::Alive if !cut_off => reachable.extend(member(m.id())),
+                foca::State::Alive | foca::State::Suspect if !cut_off && connected => reachable.extend(member(m.id())),
                 foca::State::Alive | foca::State::Suspect => {
                     unreachable.extend(member(m.id()));
                     suspects.push(m.id().clone());
@@ -452,7 +479,11 @@ impl GossipEngine {
                 foca::State::Down => {}
             }
         }
-        match resolver.observe(now, &reachable, &unreachable) {
+        // Every member is probed within one period per member: a shorter window could decide
+        // before this node has even tried to reach some of the other side.
+        let members = self.foca.num_members() as u64 + 1;
+        let window = self.config.stable_after_ms.max(members * self.config.probe_period_ms + self.config.probe_rtt_ms);
+        match resolver.observe(now, window, &reachable, &unreachable) {
             None => {}
             Some(SplitBrainDecision::DownUnreachable) => {
                 let nodes: BTreeSet<NodeId> = suspects.iter().filter_map(|id| id.node.clone()).collect();
@@ -528,7 +559,8 @@ impl GossipEngine {
         let mut candidates: Vec<NodeId> = self
             .foca
             .iter_members()
-            .filter(|m| m.state() == foca::State::Alive && !m.id().roles.iter().any(|r| r == PROXY_ROLE))
+            .filter(|m| connected(&self.status_seen, &self.config, self.now, m))
+            .filter(|m| !m.id().roles.iter().any(|r| r == PROXY_ROLE))
             .filter_map(|m| m.id().node.clone())
             .filter(|n| statuses.get(n).is_none_or(|s| s.status == MemberStatus::Up))
             .collect();
@@ -563,4 +595,25 @@ fn term_tag(seed: u64) -> u32 {
             return tag;
         }
     }
+}
+
+/// Whether a member is connected to this node's side: SWIM holds it alive, or (with the resolver)
+/// its statuses, one a second, still arrive, through others if not directly. With the resolver,
+/// suspicion never runs out by itself, and a suspicion spread on one side of a healed partition
+/// may never reach its suspect to be refuted; it must then neither hold the view unreachable nor
+/// decide a partition.
+fn connected(
+    status_seen: &BTreeMap<NodeId, (u64, u64)>,
+    config: &GossipConfig,
+    now: u64,
+    m: &foca::Member<GossipId>,
+) -> bool {
+    let stale_after = 2 * config.status_every_ms + config.probe_period_ms;
+    let fresh = m
+        .id()
+        .node
+        .as_ref()
+        .and_then(|n| status_seen.get(n))
+        .is_some_and(|(_, at)| now.saturating_sub(*at) < stale_after);
+    m.state() == foca::State::Alive || (config.split_brain.is_some() && m.state() == foca::State::Suspect && fresh)
 }

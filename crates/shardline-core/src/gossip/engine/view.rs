@@ -35,7 +35,7 @@ impl GossipEngine {
             let Some(node) = &id.node else { continue };
             // Not heard of its status yet: joining.
             let status = statuses.get(node).map_or(MemberStatus::Joining, |s| s.status);
-            add(id, status, m.state() == foca::State::Alive);
+            add(id, status, super::connected(&self.status_seen, &self.config, self.now, m));
         }
         for (id, since) in self.down.values() {
             let status = id.node.as_ref().and_then(|n| statuses.get(n)).map(|s| s.status);
