@@ -281,7 +281,10 @@ fn split_under_load(sides: &[usize], policy: &str, downed: &[&str]) {
             assert!(!text.contains("this node was declared down"), "{name} survived:\n{text}");
         }
     }
-    let survivors: String = names.iter().filter(|n| !downed.contains(&n.as_str())).map(|n| lab.text(n)).collect();
+    // Any member of the surviving side may decide first and spread it, the load driver (a proxy)
+    // included.
+    let survivors: String =
+        names.iter().filter(|n| !downed.contains(&n.as_str())).map(|n| lab.text(n)).chain([lab.text("load")]).collect();
     assert!(survivors.contains("this side survives"), "the surviving side resolved the split");
     // After the heal the downed rejoin and are given shards again.
     let start = Instant::now();
