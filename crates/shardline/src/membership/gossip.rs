@@ -18,7 +18,7 @@
 //! core's resolver on. Use gossip membership for development and single-host clusters;
 //! production clusters use a lease provider (etcd or NATS).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -107,7 +107,12 @@ impl MembershipProvider for Gossip {
                 weight: ctx.weight,
             };
             let engine = GossipEngine::new(self.config.clone(), me, &seeds, ctx.clock.now_ms(), random_seed(&ctx.me))
-                .ok_or_else(|| ConfigError::Membership("gossip settings out of range".into()))?;
+                .ok_or_else(|| {
+                    ConfigError::Membership(
+                        "gossip settings out of range, or a split-brain policy gossip alone cannot carry out (LeaseMajority)"
+                            .into(),
+                    )
+                })?;
             let (view_tx, views) = watch::channel(ClusterView::default());
             let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
             let driver = Driver { engine, clock: ctx.clock, peers: ctx.peers, view_tx, down: BTreeSet::new() };
@@ -190,25 +195,8 @@ impl Driver {
     }
 
     fn publish(&mut self, v: GossipView) {
-        let mut addresses = BTreeMap::new();
-        for (node, addr) in &v.addresses {
-            match addr.parse() {
-                Ok(a) => {
-                    addresses.insert(node.clone(), a);
-                }
-                Err(e) => warn!(%node, %addr, error = %e, "member with an unreadable address: unreachable here"),
-            }
-        }
         self.down = v.view.members().filter(|m| m.status.is_fenced()).map(|m| m.node.clone()).collect();
-        let view = ClusterView { view: v.view, leader: v.leader, addresses };
-        self.view_tx.send_if_modified(|old| {
-            if *old != view {
-                *old = view;
-                true
-            } else {
-                false
-            }
-        });
+        super::publish_view(&self.view_tx, v.view, v.leader, &v.addresses);
     }
 }
 

@@ -41,6 +41,34 @@ impl ClusterView {
     }
 }
 
+/// Sends the view a provider's engine published (when it changed), with the members' addresses
+/// read; an address that cannot be read is logged and left out (that member is not routed to).
+pub(crate) fn publish_view(
+    tx: &watch::Sender<ClusterView>,
+    view: MembershipView,
+    leader: Option<(NodeId, Term)>,
+    addresses: &BTreeMap<NodeId, String>,
+) {
+    let mut parsed = BTreeMap::new();
+    for (node, addr) in addresses {
+        match addr.parse() {
+            Ok(a) => {
+                parsed.insert(node.clone(), a);
+            }
+            Err(e) => tracing::warn!(%node, %addr, error = %e, "member address unreadable: not routed to"),
+        }
+    }
+    let view = ClusterView { view, leader, addresses: parsed };
+    tx.send_if_modified(|old| {
+        if *old != view {
+            *old = view;
+            true
+        } else {
+            false
+        }
+    });
+}
+
 /// What a provider gets from the node it serves.
 pub struct ProviderContext {
     /// This node.

@@ -7,7 +7,6 @@
 //! lease, and publishes the views. One operation runs at a time; a new one replaces the one in
 //! flight, whose answer the engine no longer wants.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -338,24 +337,7 @@ impl Driver {
 
     /// Sends the view to the node (when it changed).
     fn publish(&self, v: LeaseView) {
-        let mut addresses = BTreeMap::new();
-        for (n, a) in &v.addresses {
-            match a.parse() {
-                Ok(addr) => {
-                    addresses.insert(n.clone(), addr);
-                }
-                Err(e) => warn!(node = %n, address = %a, error = %e, "member address unreadable; not routed to"),
-            }
-        }
-        let v = ClusterView { view: v.view, leader: v.leader, addresses };
-        self.view_tx.send_if_modified(|old| {
-            if *old != v {
-                *old = v;
-                true
-            } else {
-                false
-            }
-        });
+        crate::membership::publish_view(&self.view_tx, v.view, v.leader, &v.addresses);
     }
 }
 
