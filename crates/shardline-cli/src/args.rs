@@ -1,7 +1,9 @@
 //! Command line.
 
 use clap::{Args, Parser, Subcommand};
-use shardline_cli::membership::{MembershipSpec, SplitBrainArg};
+use shardline::membership::lease::LeaseConfig;
+use shardline::GossipConfig;
+use shardline_cli::membership::{resolve_split_brain, MembershipSpec, SplitBrainArg};
 use shardline_cli::store::StoreSpec;
 use shardline_cli::StrategyArg;
 
@@ -42,24 +44,12 @@ pub struct NodeArgs {
     /// Listen address, host:port.
     #[arg(long, env = "SHARDLINE_BIND")]
     pub bind: String,
-    /// Seed addresses, comma separated (the first one may start the cluster); only for
-    /// `--membership seeds`.
-    #[arg(long, env = "SHARDLINE_SEEDS", value_delimiter = ',', required_if_eq("membership", "seeds"))]
-    pub seeds: Vec<String>,
     /// Number of shards per entity type (the same on every node).
     #[arg(long, env = "SHARDLINE_SHARDS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub shards: u32,
-    /// Membership: seeds, etcd://HOST:PORT or nats://HOST:PORT.
-    #[arg(long, env = "SHARDLINE_MEMBERSHIP", default_value = "seeds")]
-    pub membership: MembershipSpec,
-    /// Split-brain resolution of gossip membership: off, keep-majority, keep-oldest or
-    /// static-quorum:N (the same on every member).
-    #[arg(long, env = "SHARDLINE_SPLIT_BRAIN", default_value = "off")]
-    pub split_brain: SplitBrainArg,
-    /// How long the set of unreachable members must stay the same before the resolver decides,
-    /// in milliseconds (the same on every member).
-    #[arg(long, env = "SHARDLINE_STABLE_AFTER_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
-    pub stable_after_ms: u64,
+    /// How the node finds the cluster.
+    #[command(flatten)]
+    pub members: MembershipArgs,
     /// Cluster name.
     #[arg(long, env = "SHARDLINE_CLUSTER", default_value = "shardline-demo")]
     pub cluster: String,
@@ -84,22 +74,41 @@ pub struct NodeArgs {
     pub store_schema: Option<String>,
 }
 
+/// How a process finds its cluster, and how partitions are resolved (the same on every member).
 #[derive(Args, Debug, Clone)]
-pub struct LoadArgs {
-    /// Seed addresses of the cluster, comma separated; only for `--membership seeds`.
+pub struct MembershipArgs {
+    /// Seed addresses, comma separated (the first one may start the cluster); only for
+    /// `--membership seeds`.
     #[arg(long, env = "SHARDLINE_SEEDS", value_delimiter = ',', required_if_eq("membership", "seeds"))]
     pub seeds: Vec<String>,
-    /// Membership: seeds, etcd://HOST:PORT or nats://HOST:PORT (the cluster's).
+    /// Membership: seeds, etcd://HOST:PORT or nats://HOST:PORT.
     #[arg(long, env = "SHARDLINE_MEMBERSHIP", default_value = "seeds")]
     pub membership: MembershipSpec,
-    /// Split-brain resolution of gossip membership: off, keep-majority, keep-oldest or
-    /// static-quorum:N (the same on every member).
-    #[arg(long, env = "SHARDLINE_SPLIT_BRAIN", default_value = "off")]
-    pub split_brain: SplitBrainArg,
+    /// Split-brain resolution: off, keep-majority, keep-oldest or static-quorum:N. Gossip
+    /// default: off. Lease membership (etcd, NATS) races for a key in its store, which keeps
+    /// the larger side: on (keep-majority) by default, or off.
+    #[arg(long, env = "SHARDLINE_SPLIT_BRAIN")]
+    pub split_brain: Option<SplitBrainArg>,
     /// How long the set of unreachable members must stay the same before the resolver decides,
-    /// in milliseconds (the same on every member).
+    /// in milliseconds.
     #[arg(long, env = "SHARDLINE_STABLE_AFTER_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub stable_after_ms: u64,
+}
+
+impl MembershipArgs {
+    /// The lease and gossip settings these flags give; a policy lease membership cannot run is
+    /// an error.
+    pub fn settings(&self) -> Result<(LeaseConfig, GossipConfig), String> {
+        resolve_split_brain(&self.membership, self.split_brain.as_ref(), self.stable_after_ms)
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct LoadArgs {
+    /// How the driver finds the cluster (the cluster's settings: it follows its side of a
+    /// partition like a member).
+    #[command(flatten)]
+    pub members: MembershipArgs,
     /// Cluster name (the cluster's).
     #[arg(long, env = "SHARDLINE_CLUSTER", default_value = "shardline-demo")]
     pub cluster: String,

@@ -15,7 +15,7 @@ use shardline::{Cluster, StrategyKind};
 
 use crate::args::LoadArgs;
 use crate::load::{percentiles, run_accounts, shards_per_node, AccountRange, Invariants, Latency, Ledger};
-use shardline_cli::membership::{gossip_config, provider_with};
+use shardline_cli::membership::provider_with;
 use shardline_cli::register_accounts;
 
 /// What `shardline load --json` writes.
@@ -68,9 +68,9 @@ async fn run_inner(args: LoadArgs) -> Result<LoadReport, Box<dyn std::error::Err
     let range = AccountRange { first: args.first_account.unwrap_or_else(drawn_first_account), count: args.entities };
     let name = args.name.clone().unwrap_or_else(|| format!("load-{}", std::process::id()));
     // A proxy follows its side of a partition, so it resolves with the same settings.
-    let gossip = gossip_config(&args.split_brain, args.stable_after_ms);
-    let leases = shardline_cli::membership::lease_config();
-    let provider = provider_with(&args.membership, &args.cluster, &args.seeds, leases, gossip).await?;
+    let (leases, gossip) = args.members.settings()?;
+    let m = &args.members;
+    let provider = provider_with(&m.membership, &args.cluster, &m.seeds, leases, gossip).await?;
     let driver = Cluster::builder()
         .cluster_name(args.cluster.clone())
         .node_name(name.clone())
@@ -88,7 +88,7 @@ async fn run_inner(args: LoadArgs) -> Result<LoadReport, Box<dyn std::error::Err
         args.concurrency,
         args.duration_secs,
         args.cluster,
-        args.membership
+        args.members.membership
     );
     let join_limit = Duration::from_secs(args.join_timeout_secs);
     let start = Instant::now();

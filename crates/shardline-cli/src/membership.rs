@@ -52,8 +52,8 @@ impl std::fmt::Display for MembershipSpec {
     }
 }
 
-/// A `--split-brain` value: `off` (the default), `keep-majority`, `keep-oldest`, or
-/// `static-quorum:N`. Gossip membership only: lease membership has its store to decide.
+/// A `--split-brain` value: `off`, `keep-majority`, `keep-oldest`, or `static-quorum:N` (see
+/// [`resolve_split_brain`] for what each membership makes of it).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SplitBrainArg(pub Option<SplitBrainPolicy>);
 
@@ -78,14 +78,39 @@ impl std::str::FromStr for SplitBrainArg {
     }
 }
 
-/// Gossip settings with a split-brain policy and its stable-after (also the down margin).
-pub fn gossip_config(split_brain: &SplitBrainArg, stable_after_ms: u64) -> GossipConfig {
-    GossipConfig {
-        split_brain: split_brain.0.clone(),
+/// The lease and gossip settings of a `--split-brain` value (None: the membership's default)
+/// and its stable-after. Gossip: the policy, off by default, with the stable-after as its down
+/// margin too. Leases: the store race (which keeps the larger side) unless `off`; the other
+/// policies are gossip's, and an error here.
+pub fn resolve_split_brain(
+    spec: &MembershipSpec,
+    split_brain: Option<&SplitBrainArg>,
+    stable_after_ms: u64,
+) -> Result<(LeaseConfig, GossipConfig), String> {
+    let policy = split_brain.and_then(|a| a.0.clone());
+    let gossip = GossipConfig {
+        split_brain: policy.clone().filter(|_| *spec == MembershipSpec::Seeds),
         stable_after_ms,
         down_margin_ms: stable_after_ms,
         ..GossipConfig::default()
+    };
+    let mut leases = lease_config();
+    match (split_brain.map(|a| &a.0), spec) {
+        (_, MembershipSpec::Seeds) => {}
+        (Some(None), _) => leases.split_brain = None,
+        (None | Some(Some(SplitBrainPolicy::KeepMajority)), _) => {
+            if let Some(c) = leases.split_brain.as_mut() {
+                c.stable_after_ms = stable_after_ms;
+            }
+        }
+        (Some(Some(other)), _) => {
+            return Err(format!(
+                "--split-brain {other:?} is for gossip membership; lease membership ({spec}) races for a key in its \
+                 store, which keeps the larger side: use keep-majority (the default) or off"
+            ))
+        }
     }
+    Ok((leases, gossip))
 }
 
 /// Lease settings of the lease providers (TTL 5 s).

@@ -14,7 +14,7 @@ use tracing::{error, info, warn};
 use crate::args::NodeArgs;
 use shardline::membership::lease::LeaseConfig;
 use shardline::GossipConfig;
-use shardline_cli::membership::{gossip_config, lease_config, provider_with};
+use shardline_cli::membership::{lease_config, provider_with};
 use shardline_cli::{register_accounts, store, Echo};
 
 /// The entity types every demo node serves; accounts keep their journal in `journal`.
@@ -31,12 +31,14 @@ pub async fn register_all(
 
 async fn start(args: &NodeArgs, journal: &Arc<dyn Journal>) -> Result<Cluster, String> {
     // Ranges orders hosts by their numbered membership slots.
-    let leases = LeaseConfig { numbered_slots: args.strategy.0 == StrategyKind::Ranges, ..lease_config() };
+    let (leases, gossip) = args.members.settings()?;
+    let leases = LeaseConfig { numbered_slots: args.strategy.0 == StrategyKind::Ranges, ..leases };
     // Gossip terms live only as long as the cluster: a cluster restarted from scratch must start
     // above the fences its earlier incarnation left in the journal.
     let floor = journal.highest_term().await.map_err(|e| format!("cannot read the journal: {e}"))?;
-    let gossip = GossipConfig { term_floor: floor, ..gossip_config(&args.split_brain, args.stable_after_ms) };
-    let membership = provider_with(&args.membership, &args.cluster, &args.seeds, leases, gossip).await?;
+    let gossip = GossipConfig { term_floor: floor, ..gossip };
+    let m = &args.members;
+    let membership = provider_with(&m.membership, &args.cluster, &m.seeds, leases, gossip).await?;
     let mut b = Cluster::builder()
         .cluster_name(&args.cluster)
         .node_name(&args.name)
@@ -98,7 +100,7 @@ pub async fn run(args: NodeArgs) -> i32 {
             }
         };
         first = false;
-        info!(node = %cluster.node_id(), addr = %cluster.local_addr(), membership = %args.membership, store = %args.store, "serving");
+        info!(node = %cluster.node_id(), addr = %cluster.local_addr(), membership = %args.members.membership, store = %args.store, "serving");
         tokio::select! {
             _ = term.recv() => {}
             _ = int.recv() => {}

@@ -19,6 +19,7 @@ fn record(name: &str, inc: u64) -> MemberRecord {
         roles: Vec::new(),
         weight: 1,
         slot: None,
+        downed: Vec::new(),
     }
 }
 

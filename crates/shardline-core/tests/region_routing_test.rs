@@ -166,3 +166,26 @@ fn questions_back_off() {
     assert_eq!(gaps[..4], [10, 20, 40, 80], "doubling from 10 ms");
     assert!(gaps.iter().all(|&g| g <= 80), "capped at retry_max_ms");
 }
+
+/// A coordinator that forgot this region (it registered before its node was in the
+/// coordinator's view, which drops regions of members it does not know) asks it to register
+/// again: a registered region answers, or it would never hear of a move again.
+#[test]
+fn a_registered_region_registers_again_when_asked() {
+    let mut r = region("a", 4);
+    r.handle_coordinator_changed(0, node("c"), 1);
+    rdrain(&mut r);
+    r.handle_coordinator_message(1, &node("c"), ToRegion::Welcome { term: 1, homes: vec![] });
+    rdrain(&mut r);
+    r.handle_coordinator_message(2, &node("c"), ToRegion::CoordinatorStarted { term: 1 });
+    assert_eq!(
+        rdrain(&mut r),
+        vec![RegionCommand::SendToCoordinator {
+            to: node("c"),
+            msg: ToCoordinator::Register { term: 1, hosted: vec![], hosting: true }
+        }]
+    );
+    // Asked again while that registration is unanswered: nothing more (the retry timer repeats it).
+    r.handle_coordinator_message(3, &node("c"), ToRegion::CoordinatorStarted { term: 1 });
+    assert!(rdrain(&mut r).is_empty());
+}

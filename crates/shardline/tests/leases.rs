@@ -174,8 +174,12 @@ async fn numbered_slots_fill_the_smallest_hole() {
     let slots = |c: &Cluster| -> Vec<(String, Option<u32>)> {
         c.view().view.members().filter(|m| !m.status.is_fenced()).map(|m| (m.node.name.to_string(), m.slot)).collect()
     };
+    // One after the other: a new member joins once the leader answered its keep-alive.
+    let joined = |c: &Cluster, n: usize| c.view().view.members().filter(|m| !m.status.is_fenced()).count() == n;
     let a = start("a").await;
     let b = start("b").await;
+    let a1 = a.clone();
+    eventually("b joined", Duration::from_secs(20), move || joined(&a1, 2)).await;
     let c = start("c").await;
     let want = vec![("a".to_string(), Some(0)), ("b".to_string(), Some(1)), ("c".to_string(), Some(2))];
     let a2 = a.clone();
@@ -279,4 +283,23 @@ async fn an_unreadable_term_counter_is_never_taken_as_zero() {
     store.compare_and_put(key, term, current.revision).await.unwrap().expect("repaired");
     eventually("a leads", Duration::from_secs(20), || a.view().leader.is_some()).await;
     assert_eq!(a.view().leader.map(|(_, t)| t), Some(42));
+}
+
+/// Members started together (as the demo and a rollout start them) all join: a new member joins
+/// once the leader answered its keep-alive, and the answers must reach a node that is still
+/// starting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_started_together_all_join() {
+    let store = InMemoryStore::new();
+    let (a, _ha) = lease_node("a", &store).await;
+    let ((b, hb), (c, hc)) = tokio::join!(lease_node("b", &store), lease_node("c", &store));
+    let members = |x: &Cluster| x.view().view.members().filter(|m| !m.status.is_fenced()).count();
+    let a2 = a.clone();
+    eventually("three members", Duration::from_secs(10), move || members(&a2) == 3).await;
+    // And they route: every shard's home is known on each of them.
+    for h in [hb, hc] {
+        eventually("every home known", Duration::from_secs(10), move || h.shard_homes().iter().all(Option::is_some))
+            .await;
+    }
+    drop((b, c));
 }

@@ -389,7 +389,23 @@ impl GossipEngine {
             self.notified(now, n);
         }
         let remove_after = self.config.remove_down_after_ms;
-        self.down.retain(|_, (_, since)| now.saturating_sub(*since) < remove_after);
+        let mut forgotten = Vec::new();
+        self.down.retain(|node, (_, since)| {
+            let keep = now.saturating_sub(*since) < remove_after;
+            if !keep {
+                forgotten.push(node.clone());
+            }
+            keep
+        });
+        if !forgotten.is_empty() {
+            // Every restart is a new node id: kept, their statuses would pile up over a
+            // long-lived cluster's rollouts. The largest term they told stays in `max_term`.
+            let mut statuses = self.statuses.lock().unwrap_or_else(|e| e.into_inner());
+            for node in &forgotten {
+                statuses.remove(node);
+                self.status_seen.remove(node);
+            }
+        }
         self.lead(now);
         let view = self.view();
         if self.published.as_ref() != Some(&view) {

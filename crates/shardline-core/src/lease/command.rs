@@ -128,6 +128,42 @@ pub enum LeaseEvent {
         /// The slot.
         slot: u32,
     },
+    /// No keep-alive from this member for the unreachable threshold.
+    Unreachable {
+        /// The member.
+        node: NodeId,
+    },
+    /// A member marked unreachable was heard again.
+    ReachableAgain {
+        /// The member.
+        node: NodeId,
+    },
+    /// The unreachable members stayed the same for the stable window: this node races for the
+    /// split-brain key after `delay_ms`.
+    SplitBrainRace {
+        /// Members this node reaches, itself included.
+        reachable: usize,
+        /// Members it cannot reach.
+        unreachable: usize,
+        /// Its wait before trying.
+        delay_ms: u64,
+    },
+    /// This node won the split-brain race: its side survives, and these members are downed.
+    SplitBrainWon {
+        /// The members downed.
+        downed: Vec<NodeId>,
+    },
+    /// Another member holds the split-brain key: its side decided.
+    SplitBrainLost,
+    /// A member that won the split-brain race downed this node: it stops its shards, deletes its
+    /// keys and rejoins as a new incarnation.
+    DownedBySplitBrain {
+        /// The winner.
+        by: NodeId,
+    },
+    /// Members hold keys but none answered a keep-alive yet: this node does not join a cluster
+    /// it cannot reach.
+    WaitingToReachAMember,
 }
 
 /// The membership a lease engine publishes.
@@ -162,6 +198,13 @@ pub enum LeaseCommand {
     RevokeHosting,
     /// The membership changed.
     Publish(LeaseView),
+    /// Send a keep-alive to each of these members (node, listen address); each answers, and
+    /// the runtime reports what it hears with
+    /// [`LeaseEngine::handle_heard`](super::LeaseEngine::handle_heard).
+    KeepAlive {
+        /// The members.
+        to: Vec<(NodeId, String)>,
+    },
     /// Log (and count) this.
     Log(LeaseEvent),
 }

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use super::command::{LeaseCommand, LeaseEvent, LeaseView, StoreAnswer};
 use super::records::{LeaderRecord, MemberRecord, Revision};
+use super::split_brain::Peers;
 use super::steps::Step;
 use crate::id::NodeId;
 use crate::membership::{Member, MemberStatus, MembershipView};
@@ -23,6 +24,10 @@ pub struct LeaseConfig {
     /// Numbered membership slots: each node holds the smallest free number, which orders
     /// members for the `Ranges` strategy.
     pub numbered_slots: bool,
+    /// Keep-alives between members and the split-brain race (None: members are judged by their
+    /// keys alone, and a member cut from its peers but not from the store keeps its shards
+    /// unreachable for as long as the cut lasts).
+    pub split_brain: Option<PeerChecks>,
     /// Breaks the protocol: the hosting lease is counted from the store's answer instead of the
     /// request, so a late answer lets the node host past its key's expiry. Exists so the
     /// simulation can prove it catches such a bug.
@@ -38,9 +43,36 @@ impl Default for LeaseConfig {
             max_failures: 3,
             unknown_grace_ms: 0,
             numbered_slots: false,
+            split_brain: None,
             #[cfg(feature = "fault-injection")]
             fault_lease_from_answer: false,
         }
+    }
+}
+
+/// Keep-alives between members, and the split-brain race they lead to (milliseconds).
+///
+/// Each member sends a keep-alive to every other every `every_ms`; a member not heard from for
+/// `unreachable_after_ms` is unreachable. Once the unreachable members have stayed the same for
+/// `stable_after_ms`, every member that sees some races for the split-brain key in the store,
+/// after a delay that shrinks with the members it still reaches (none for a majority): the
+/// winner's side survives and names the others in its member record, the flag each member reads
+/// in its listings; a member named there stops its shards and rejoins as a new incarnation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerChecks {
+    /// How often keep-alives go out.
+    pub every_ms: u64,
+    /// Silence after which a member is unreachable.
+    pub unreachable_after_ms: u64,
+    /// How long the unreachable members must stay the same before the race.
+    pub stable_after_ms: u64,
+    /// The wait of a side as large as the other; it scales with `unreachable / reachable`.
+    pub acquire_delay_ms: u64,
+}
+
+impl Default for PeerChecks {
+    fn default() -> Self {
+        PeerChecks { every_ms: 500, unreachable_after_ms: 2_000, stable_after_ms: 5_000, acquire_delay_ms: 2_000 }
     }
 }
 
@@ -64,6 +96,11 @@ impl LeaseConfig {
             return Err(LeaseConfigError::Ttl { ttl_ms: self.ttl_ms, margin_ms: self.safety_margin_ms });
         }
         Ok(())
+    }
+
+    /// How often the members are listed.
+    pub(super) fn observe_every_ms(&self) -> u64 {
+        (self.ttl_ms / 25).max(50)
     }
 
     /// How long a renewal keeps the node hosting.
@@ -95,6 +132,8 @@ pub struct LeaseKeys {
     pub term: String,
     /// `{cluster}/slots/`.
     pub slots_prefix: String,
+    /// `{cluster}/split-brain`, held by the winner of a split-brain race.
+    pub split_brain: String,
 }
 
 impl LeaseKeys {
@@ -106,6 +145,7 @@ impl LeaseKeys {
             leader: format!("{cluster}/leader"),
             term: format!("{cluster}/term"),
             slots_prefix: format!("{cluster}/slots/"),
+            split_brain: format!("{cluster}/split-brain"),
         }
     }
 }
@@ -137,7 +177,7 @@ pub(super) struct InFlight {
 ///
 /// let me = MemberRecord {
 ///     node: NodeId::new("n1", 1), addr: "127.0.0.1:7001".into(), status: MemberStatus::Up,
-///     app_version: "1".into(), roles: vec![], weight: 1, slot: None,
+///     app_version: "1".into(), roles: vec![], weight: 1, slot: None, downed: vec![],
 /// };
 /// let mut engine = LeaseEngine::new(LeaseConfig::default(), LeaseKeys::new("demo", "n1"), me, 0).unwrap();
 /// // First the member key is created.
@@ -173,6 +213,8 @@ pub struct LeaseEngine {
     pub(super) observe_at: u64,
     pub(super) inflight: Option<InFlight>,
     pub(super) plan: VecDeque<Step>,
+    /// Keep-alives and the split-brain race (when configured).
+    pub(super) peers: Option<Peers>,
     next_id: u64,
     commands: VecDeque<LeaseCommand>,
     published: Option<LeaseView>,
@@ -183,6 +225,7 @@ impl LeaseEngine {
     /// the member key), elects and observes.
     pub fn new(config: LeaseConfig, keys: LeaseKeys, me: MemberRecord, now: u64) -> Result<Self, LeaseConfigError> {
         config.validate()?;
+        let peers = config.split_brain.clone().map(|c| Peers::new(c, now));
         let mut e = LeaseEngine {
             config,
             keys,
@@ -201,6 +244,7 @@ impl LeaseEngine {
             observe_at: now,
             inflight: None,
             plan: VecDeque::new(),
+            peers,
             next_id: 0,
             commands: VecDeque::new(),
             published: None,
@@ -241,6 +285,9 @@ impl LeaseEngine {
         if let Some(d) = self.inflight.as_ref().and_then(|f| f.deadline) {
             at = at.min(d);
         }
+        if let Some(d) = self.peers_timeout() {
+            at = at.min(d);
+        }
         (at != u64::MAX).then_some(at)
     }
 
@@ -279,6 +326,16 @@ impl LeaseEngine {
         self.plan.clear();
         self.plan.extend([Step::ExitMember, Step::ExitLeader, Step::ExitSlot]);
         self.drive(now);
+    }
+
+    /// Whether this node is deleting its keys before it stops (it left, or was downed).
+    pub fn is_exiting(&self) -> bool {
+        self.exited && (self.inflight.is_some() || !self.plan.is_empty())
+    }
+
+    /// The lease TTL (ms).
+    pub fn ttl_ms(&self) -> u64 {
+        self.config.ttl_ms
     }
 
     /// Whether this node fenced itself (or exited).
@@ -334,7 +391,7 @@ impl LeaseEngine {
     }
 
     /// Deadlines first, then the next operation, then the view.
-    fn drive(&mut self, now: u64) {
+    pub(super) fn drive(&mut self, now: u64) {
         if !self.fenced && self.my_rev.is_some() && now >= self.fence_deadline() {
             self.fence("lease not renewed in time");
         }
@@ -342,6 +399,7 @@ impl LeaseEngine {
         if let Some(flight) = self.inflight.take_if(|f| f.deadline.is_some_and(|d| now >= d)) {
             self.abandoned(now, flight);
         }
+        self.check_peers(now);
         while self.inflight.is_none() {
             let Some(step) = self.plan.pop_front().or_else(|| self.next_round(now)) else { break };
             let Some((op, deadline)) = self.start(now, &step) else { continue };
@@ -358,6 +416,9 @@ impl LeaseEngine {
         if self.exited {
             return None;
         }
+        if let Some(step) = self.before_joining(now) {
+            return Some(step);
+        }
         if !self.fenced && now >= self.renew_at {
             self.renew_at = now + self.config.ttl_ms / 3;
             if self.config.numbered_slots {
@@ -365,10 +426,16 @@ impl LeaseEngine {
                 return Some(Step::Slot);
             }
             self.plan.push_back(Step::Elect);
+            if let Some(step) = self.split_brain_renewal() {
+                self.plan.push_back(step);
+            }
             return Some(Step::Renew);
         }
+        if let Some(step) = self.split_brain_step(now) {
+            return Some(step);
+        }
         if now >= self.observe_at {
-            self.observe_at = now + (self.config.ttl_ms / 25).max(50);
+            self.observe_at = now + self.config.observe_every_ms();
             return Some(Step::Observe);
         }
         None
@@ -422,6 +489,11 @@ impl LeaseEngine {
             add(&k.record, status);
         }
         add(&self.me, self.me.status);
+        if let Some(p) = &self.peers {
+            for node in &p.unreachable {
+                let _ = view.set_reachable(node, false);
+            }
+        }
         let leader: Option<(NodeId, u64)> =
             self.leader.as_ref().map(|(l, _)| (l.node.clone(), l.term)).filter(|(n, _)| !view.is_fenced(n));
         let _ = view.set_leader(leader.as_ref().map(|(n, _)| n.clone()));

@@ -18,6 +18,12 @@
 //!   listing is confirmed with a read before the member counts as gone (a listing can miss a key
 //!   being rewritten); followers then read who leads.
 //!
+//! With [`PeerChecks`], members also send each other keep-alives: a member not heard from is
+//! unreachable (in the view, so that no rebalance starts), and once the unreachable members
+//! stay the same for a while the members race for a split-brain key; the winner's side downs
+//! the rest (see `split_brain.rs`). Without them, a member cut from its peers but not from the
+//! store would keep its shards, unreachable, for as long as the cut lasts.
+//!
 //! Deadlines bound every operation: a member-key write still unanswered at the fencing deadline
 //! (last renewal's start + TTL − safety margin) fences the node, a leader-key renewal unanswered at
 //! the leadership deadline gives leadership up, and a read unanswered when the next renewal is due
@@ -26,8 +32,9 @@
 mod command;
 mod engine;
 mod records;
+mod split_brain;
 mod steps;
 
 pub use command::{LeaseCommand, LeaseEvent, LeaseView, StoreAnswer, StoreOp};
-pub use engine::{LeaseConfig, LeaseConfigError, LeaseEngine, LeaseKeys};
-pub use records::{LeaderRecord, MemberRecord, Revision, StoreValue, StoredEntry, ValueKind};
+pub use engine::{LeaseConfig, LeaseConfigError, LeaseEngine, LeaseKeys, PeerChecks};
+pub use records::{LeaderRecord, MemberRecord, Revision, SplitBrainRecord, StoreValue, StoredEntry, ValueKind};

@@ -1,6 +1,6 @@
-//! What the engine keeps in the store: member records, the leader record, the term counter and
-//! slot holders, as typed values. The runtime encodes and decodes them; a value it cannot decode
-//! reaches the engine as an error, never as a default.
+//! What the engine keeps in the store: member records, the leader record, the term counter, slot
+//! holders and the split-brain key, as typed values. The runtime encodes and decodes them; a
+//! value it cannot decode reaches the engine as an error, never as a default.
 
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +28,10 @@ pub struct MemberRecord {
     pub weight: u32,
     /// Its membership slot (numbered slots).
     pub slot: Option<u32>,
+    /// Members this node's side downed as the winner of a split-brain race: the flag every
+    /// member reads in its listings. A member named here stops its shards and rejoins as a new
+    /// incarnation.
+    pub downed: Vec<NodeId>,
 }
 
 /// The leader key: who leads, and in which term.
@@ -37,6 +41,15 @@ pub struct LeaderRecord {
     pub node: NodeId,
     /// Its term, taken from the counter before the key was claimed.
     pub term: Term,
+}
+
+/// The split-brain key: the node that won the race, and the members its side downed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SplitBrainRecord {
+    /// The winner.
+    pub winner: NodeId,
+    /// The members it could not reach when it won.
+    pub downed: Vec<NodeId>,
 }
 
 /// A value written to or read from the store.
@@ -50,6 +63,8 @@ pub enum StoreValue {
     Term(Term),
     /// A slot key's value: the node that holds the slot.
     SlotHolder(NodeId),
+    /// The split-brain key's value.
+    SplitBrain(SplitBrainRecord),
 }
 
 /// Which kind of value a read expects (the runtime decodes accordingly).
@@ -63,6 +78,8 @@ pub enum ValueKind {
     Term,
     /// [`StoreValue::SlotHolder`].
     SlotHolder,
+    /// [`StoreValue::SplitBrain`].
+    SplitBrain,
 }
 
 /// A key read from the store.

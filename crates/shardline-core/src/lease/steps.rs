@@ -4,6 +4,7 @@
 use super::command::{LeaseCommand, LeaseEvent, StoreAnswer, StoreOp};
 use super::engine::{InFlight, Known, LeaseEngine};
 use super::records::{LeaderRecord, Revision, StoreValue, StoredEntry, ValueKind};
+use crate::id::NodeId;
 
 /// One step of a round.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,6 +37,20 @@ pub(super) enum Step {
     /// Confirm that a member key missing from a listing is gone.
     Confirm {
         key: String,
+    },
+    /// Race for the split-brain key, downing these members if it is won.
+    SplitBrainClaim {
+        downed: Vec<NodeId>,
+    },
+    /// Read the split-brain key after a claim met it.
+    SplitBrainRead,
+    /// Keep the split-brain key won at `revision`.
+    SplitBrainRefresh {
+        revision: Revision,
+    },
+    /// Release it: every member downed is gone.
+    SplitBrainRelease {
+        revision: Revision,
     },
     /// Delete this node's keys on exit.
     ExitMember,
@@ -140,6 +155,10 @@ impl LeaseEngine {
                 Some((StoreOp::List { prefix: self.keys.members_prefix.clone(), kind: ValueKind::Member }, renewal))
             }
             Step::Confirm { key } => Some((StoreOp::Get { key: key.clone(), kind: ValueKind::Member }, renewal)),
+            Step::SplitBrainClaim { .. }
+            | Step::SplitBrainRead
+            | Step::SplitBrainRefresh { .. }
+            | Step::SplitBrainRelease { .. } => self.split_brain_op(step).map(|op| (op, renewal)),
             Step::ExitMember => {
                 let revision = self.my_rev.take()?;
                 Some((StoreOp::Delete { key: self.keys.member.clone(), revision: Some(revision) }, Some(now + ttl_ms)))
@@ -204,6 +223,13 @@ impl LeaseEngine {
                 self.leader_renewed = sent;
             }
             (Step::Observe, StoreAnswer::Entries(entries)) => self.observed(now, entries),
+            (
+                step @ (Step::SplitBrainClaim { .. }
+                | Step::SplitBrainRead
+                | Step::SplitBrainRefresh { .. }
+                | Step::SplitBrainRelease { .. }),
+                answer,
+            ) => self.split_brain_answered(now, step, answer),
             (Step::Confirm { key }, StoreAnswer::Entry(None)) => {
                 if let Some(k) = self.known.get_mut(&key) {
                     k.missing_since = Some(now);
@@ -392,5 +418,6 @@ impl LeaseEngine {
         // Forget members gone for a long time.
         let forget = self.config.ttl_ms * 12;
         self.known.retain(|_, k| k.missing_since.is_none_or(|t| now.saturating_sub(t) < forget));
+        self.peers_listed(now);
     }
 }

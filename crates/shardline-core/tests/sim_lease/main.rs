@@ -94,3 +94,23 @@ fn sim_lease_is_deterministic() {
         assert!(a.2 > 100, "seed {seed} ran only {} steps", a.2);
     }
 }
+
+/// L4 can fail: with a stable window no partition outlasts, nobody races, both sides of every
+/// partition keep hosting, and the check at each partition's end must see it.
+#[test]
+fn sim_lease_catches_a_split_brain_never_resolved() {
+    let (failures, _) = run_many(2_000_000, 100, |p| {
+        p.nodes = p.nodes.max(2);
+        p.faults = p.faults.clamp(1, 3);
+        p.partitions_only = true;
+        let mut c = shardline_core::lease::PeerChecks { every_ms: p.ttl_ms / 5, ..Default::default() };
+        c.unreachable_after_ms = 4 * c.every_ms;
+        c.acquire_delay_ms = p.ttl_ms / 2;
+        c.stable_after_ms = p.ttl_ms;
+        p.peer_checks = Some(c);
+        p.active_ms = p.active_ms.max(p.faults as u64 * p.resolve_within() * 2);
+        p.never_resolve = true;
+    });
+    println!("split brain never resolved: {} of 100 schedules caught", failures.len());
+    assert!(failures.iter().any(|(_, v)| v.contains("L4")), "the simulation did not notice two sides hosting");
+}

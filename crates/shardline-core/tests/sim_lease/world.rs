@@ -1,12 +1,13 @@
 //! One schedule: lease engines over the simulated store, with latency, outages, lost answers, a
-//! store reachable from some nodes only, pauses, crashes, restarts and leaves.
+//! store reachable from some nodes only, pauses, crashes, restarts and leaves; with keep-alives
+//! between nodes (half the schedules), partitions between them and one-way cuts too.
 
 use std::collections::BTreeMap;
 use std::hash::Hash;
 
 use shardline_core::lease::{
-    LeaseCommand, LeaseConfig, LeaseEngine, LeaseEvent, LeaseKeys, LeaseView, MemberRecord, StoreAnswer, StoreOp,
-    StoreValue,
+    LeaseCommand, LeaseConfig, LeaseEngine, LeaseEvent, LeaseKeys, LeaseView, MemberRecord, PeerChecks, StoreAnswer,
+    StoreOp, StoreValue,
 };
 use shardline_core::{MemberStatus, NodeId};
 
@@ -27,6 +28,12 @@ pub struct Params {
     pub active_ms: u64,
     /// An engine that counts its lease from the answer instead of the request.
     pub broken_lease_start: bool,
+    /// Keep-alives and the split-brain race.
+    pub peer_checks: Option<PeerChecks>,
+    /// Only partitions between nodes, each long enough to be resolved: L4 is checked at its end.
+    pub partitions_only: bool,
+    /// Breaks the engines: their stable window never ends, so nobody races.
+    pub never_resolve: bool,
 }
 
 impl Params {
@@ -44,19 +51,84 @@ impl Params {
             faults: r.range(0, 8) as usize,
             active_ms: r.range(3_000, 12_000),
             broken_lease_start: false,
+            peer_checks: None,
+            partitions_only: false,
+            never_resolve: false,
         }
+        .with_peer_checks(&mut r)
+    }
+
+    fn with_peer_checks(mut self, r: &mut Rng) -> Self {
+        if r.chance(0.5) {
+            let ttl = self.ttl_ms;
+            let every_ms = r.range(ttl / 10, ttl / 4);
+            self.peer_checks = Some(PeerChecks {
+                every_ms,
+                unreachable_after_ms: every_ms * r.range(3, 6),
+                stable_after_ms: r.range(ttl / 3, 2 * ttl),
+                acquire_delay_ms: r.range(ttl / 4, ttl),
+            });
+            self.partitions_only = r.chance(0.5);
+            if self.partitions_only {
+                self.nodes = self.nodes.max(2);
+                self.faults = self.faults.clamp(1, 3);
+                self.active_ms = self.active_ms.max(self.faults as u64 * self.resolve_within() * 2);
+            }
+        }
+        self
+    }
+
+    /// How long a symmetric partition may take to resolve: silence noticed, the stable window,
+    /// the slowest side's delay, the claim, the flag's renewal and listing, the downed side's
+    /// exit and the winners' listing, with room for the store's latency.
+    pub fn resolve_within(&self) -> u64 {
+        let Some(c) = &self.peer_checks else { return 0 };
+        c.unreachable_after_ms
+            + c.every_ms
+            + c.stable_after_ms
+            + c.acquire_delay_ms * self.nodes as u64
+            + 3 * self.ttl_ms
     }
 }
 
 #[derive(Debug)]
 enum Ev {
-    Timer { slot: usize, inc: u64 },
-    Arrive { slot: usize, inc: u64, id: u64, op: StoreOp },
-    Answer { slot: usize, inc: u64, id: u64, answer: StoreAnswer },
+    Timer {
+        slot: usize,
+        inc: u64,
+    },
+    Arrive {
+        slot: usize,
+        inc: u64,
+        id: u64,
+        op: StoreOp,
+    },
+    Answer {
+        slot: usize,
+        inc: u64,
+        id: u64,
+        answer: StoreAnswer,
+    },
     Fault,
-    Unpause { slot: usize, inc: u64 },
-    Exit { slot: usize, inc: u64 },
-    Restart { slot: usize },
+    Unpause {
+        slot: usize,
+        inc: u64,
+    },
+    Exit {
+        slot: usize,
+        inc: u64,
+    },
+    Restart {
+        slot: usize,
+    },
+    /// A keep-alive (a ping, or its answer) on its way.
+    KeepAlive {
+        from: NodeId,
+        to: NodeId,
+        ping: bool,
+    },
+    /// The end of a partition that had time to resolve: L4.
+    Resolved,
 }
 
 struct SimNode {
@@ -83,6 +155,10 @@ pub struct World {
     store: Store,
     store_down_until: u64,
     cut_until: Vec<u64>,
+    /// Partitions between nodes: the group of each slot, until when (one at a time).
+    partition: Option<(Vec<usize>, u64)>,
+    /// One-way cuts: (from, to) until when.
+    one_way: Vec<(usize, usize, u64)>,
     /// Every (term, leader) any node ever published or claimed.
     terms: BTreeMap<u64, NodeId>,
     pub violations: Vec<String>,
@@ -103,6 +179,8 @@ impl World {
             store: Store::default(),
             store_down_until: 0,
             cut_until: vec![0; p.nodes],
+            partition: None,
+            one_way: Vec::new(),
             terms: BTreeMap::new(),
             violations: Vec::new(),
             trace: Default::default(),
@@ -124,7 +202,15 @@ impl World {
     }
 
     fn config(&self) -> LeaseConfig {
-        let mut c = LeaseConfig { ttl_ms: self.p.ttl_ms, safety_margin_ms: self.p.margin_ms, ..LeaseConfig::default() };
+        let mut c = LeaseConfig {
+            ttl_ms: self.p.ttl_ms,
+            safety_margin_ms: self.p.margin_ms,
+            split_brain: self.p.peer_checks.clone(),
+            ..LeaseConfig::default()
+        };
+        if let Some(c) = c.split_brain.as_mut().filter(|_| self.p.never_resolve) {
+            c.stable_after_ms = u64::MAX / 4;
+        }
         c.fault_lease_from_answer = self.p.broken_lease_start;
         c
     }
@@ -140,6 +226,7 @@ impl World {
             roles: Vec::new(),
             weight: 1,
             slot: None,
+            downed: Vec::new(),
         };
         let keys = LeaseKeys::new("sim", &format!("n{slot}"));
         let engine = match LeaseEngine::new(self.config(), keys, me, self.now) {
@@ -203,6 +290,12 @@ impl World {
                     }
                     self.nodes[slot].view = Some(view);
                 }
+                LeaseCommand::KeepAlive { to } => {
+                    let from = self.nodes[slot].id.clone();
+                    for (node, _) in to {
+                        self.send_keepalive(from.clone(), node, true);
+                    }
+                }
                 LeaseCommand::Log(e) => {
                     if let LeaseEvent::Leads { term } = e {
                         let me = self.nodes[slot].id.clone();
@@ -232,6 +325,27 @@ impl World {
                 self.terms.insert(term, node);
             }
         }
+    }
+
+    fn slot_of(node: &NodeId) -> usize {
+        node.name.trim_start_matches('n').parse().unwrap_or(usize::MAX)
+    }
+
+    /// Whether traffic from `from` reaches `to` now.
+    fn link_up(&self, from: usize, to: usize) -> bool {
+        let now = self.now;
+        let split = self.partition.as_ref().is_some_and(|(groups, until)| now < *until && groups[from] != groups[to]);
+        let cut = self.one_way.iter().any(|&(f, t, until)| f == from && t == to && now < until);
+        !split && !cut
+    }
+
+    fn send_keepalive(&mut self, from: NodeId, to: NodeId, ping: bool) {
+        let (f, t) = (Self::slot_of(&from), Self::slot_of(&to));
+        if t >= self.nodes.len() || !self.link_up(f, t) || (self.now < self.p.active_ms && self.rng.chance(0.02)) {
+            return;
+        }
+        let at = self.now + self.rng.range(0, self.p.latency_ms);
+        self.schedule(at, Ev::KeepAlive { from, to, ping });
     }
 
     fn usable(&self, slot: usize, inc: u64) -> bool {
@@ -308,7 +422,50 @@ impl World {
                 self.nodes[slot] = node;
                 self.after_input(slot);
             }
+            Ev::KeepAlive { from, to, ping } => {
+                let slot = Self::slot_of(&to);
+                if !self.usable(slot, to.incarnation) || now < self.nodes[slot].paused_until {
+                    return;
+                }
+                self.nodes[slot].engine.handle_heard(now, &from);
+                self.after_input(slot);
+                if ping {
+                    self.send_keepalive(to, from, false);
+                }
+            }
+            Ev::Resolved => self.check_resolved(),
+            Ev::Fault if self.p.partitions_only => self.partition(),
             Ev::Fault => self.fault(),
+        }
+    }
+
+    /// A symmetric partition into two or three groups, long enough to be resolved.
+    fn partition(&mut self) {
+        let now = self.now;
+        if self.partition.as_ref().is_some_and(|(_, until)| now < *until) {
+            return;
+        }
+        let groups: Vec<usize> = (0..self.p.nodes).map(|_| self.rng.range(0, 3) as usize).collect();
+        let until = now + self.p.resolve_within() + self.rng.range(0, self.p.ttl_ms);
+        self.log(|| format!("fault: partition {groups:?} until {until}"));
+        self.partition = Some((groups, until));
+        self.schedule(until - 1, Ev::Resolved);
+    }
+
+    /// L4: at the end of a partition that had time to resolve, the nodes that may host reach
+    /// each other (the split-brain race left one side).
+    fn check_resolved(&mut self) {
+        let now = self.now;
+        let hosting: Vec<usize> = (0..self.nodes.len())
+            .filter(|&s| self.nodes[s].alive && self.nodes[s].hosting_until > now && now >= self.nodes[s].paused_until)
+            .collect();
+        for &a in &hosting {
+            for &b in &hosting {
+                if a < b && !self.link_up(a, b) {
+                    let (x, y) = (&self.nodes[a].id, &self.nodes[b].id);
+                    self.violations.push(format!("t={now} L4: {x} and {y} both host across the partition"));
+                }
+            }
         }
     }
 
@@ -317,7 +474,8 @@ impl World {
         let slot = self.rng.range(0, self.p.nodes as u64) as usize;
         let inc = self.inc(slot);
         let ttl = self.p.ttl_ms;
-        match self.rng.range(0, 6) {
+        let kinds = if self.p.peer_checks.is_some() { 8 } else { 6 };
+        match self.rng.range(0, kinds) {
             0 => {
                 let until = now + self.rng.range(100, 2 * ttl);
                 self.log(|| format!("fault: store down until {until}"));
@@ -346,6 +504,18 @@ impl World {
                 self.after_input(slot);
                 let at = now + self.rng.range(50, ttl);
                 self.schedule(at, Ev::Exit { slot, inc });
+            }
+            6 => {
+                let until = now + self.rng.range(100, 3 * ttl);
+                let groups: Vec<usize> = (0..self.p.nodes).map(|_| self.rng.range(0, 2) as usize).collect();
+                self.log(|| format!("fault: partition {groups:?} until {until}"));
+                self.partition = Some((groups, until));
+            }
+            7 => {
+                let to = self.rng.range(0, self.p.nodes as u64) as usize;
+                let until = now + self.rng.range(100, 3 * ttl);
+                self.log(|| format!("fault: n{slot} cannot send to n{to} until {until}"));
+                self.one_way.push((slot, to, until));
             }
             _ => {
                 let until = now + self.rng.range(10, 300);
@@ -397,7 +567,7 @@ impl World {
     }
 
     pub fn run(mut self) -> (Vec<String>, World) {
-        let end = self.p.active_ms + 8 * self.p.ttl_ms;
+        let end = self.p.active_ms + self.p.resolve_within() + 8 * self.p.ttl_ms;
         while let Some((at, ev)) = self.queue.pop() {
             if at > end {
                 break;

@@ -28,7 +28,11 @@ impl<M> RegionEngine<M> {
         }
         match msg {
             ToRegion::CoordinatorStarted { .. } => {
-                if !self.registered && self.register_at.is_none() {
+                // The coordinator asks: it started, or it forgot this region (a region that
+                // registered before its node was in the coordinator's view, say). Registered or
+                // not, answer, unless a registration is already on its way.
+                if self.registered || self.register_at.is_none() {
+                    self.registered = false;
                     self.register(now);
                 }
             }

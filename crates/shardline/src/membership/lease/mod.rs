@@ -4,6 +4,7 @@
 
 #[cfg(feature = "test-support")]
 pub mod conformance;
+mod keepalive;
 mod provider;
 #[cfg(feature = "test-support")]
 pub mod server;

@@ -12,20 +12,22 @@ use std::time::Duration;
 
 use serde::Serialize;
 use shardline_core::lease::{
-    LeaderRecord, LeaseCommand, LeaseEngine, LeaseEvent, LeaseKeys, LeaseView, MemberRecord, StoreAnswer, StoreOp,
-    StoreValue, StoredEntry, ValueKind,
+    LeaderRecord, LeaseCommand, LeaseEngine, LeaseEvent, LeaseKeys, LeaseView, MemberRecord, PeerChecks,
+    SplitBrainRecord, StoreAnswer, StoreOp, StoreValue, StoredEntry, ValueKind,
 };
 use shardline_core::{MemberStatus, NodeId};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
+use super::keepalive;
 use super::shard_maps::ShardMaps;
 use super::store::{CoordinationStore, Entry};
 use crate::clock::Clock;
 use crate::error::ConfigError;
 use crate::membership::{
-    BoxFuture, ClusterView, Control, ControlHandle, HostingLease, MembershipHandle, MembershipProvider, ProviderContext,
+    BoxFuture, ClusterView, Control, ControlHandle, HostingLease, MembershipHandle, MembershipProvider, PeerLink,
+    ProviderContext,
 };
 
 /// Settings of lease-based membership.
@@ -44,6 +46,11 @@ pub struct LeaseConfig {
     /// `{cluster}/slots/`, which orders members for the `Ranges` strategy. A freed number stays
     /// a hole until the next node takes it, so the others keep their places.
     pub numbered_slots: bool,
+    /// Keep-alives between members and the split-brain race (default on: a keep-alive every
+    /// 500 ms, unreachable after 2 s of silence, the race once the unreachable members stayed
+    /// the same for 5 s). `None`: members are judged by their keys alone, and one cut from its
+    /// peers but not from the store keeps its shards, unreachable, for as long as the cut lasts.
+    pub split_brain: Option<PeerChecks>,
 }
 
 impl Default for LeaseConfig {
@@ -54,6 +61,7 @@ impl Default for LeaseConfig {
             max_failures: 3,
             unknown_grace: Duration::ZERO,
             numbered_slots: false,
+            split_brain: Some(PeerChecks::default()),
         }
     }
 }
@@ -115,6 +123,7 @@ fn encode_value(v: &StoreValue) -> Result<Vec<u8>, LeaseValueError> {
         StoreValue::Leader(r) => encode("leader record", r),
         StoreValue::Term(t) => encode("term counter", t),
         StoreValue::SlotHolder(n) => encode("slot holder", n),
+        StoreValue::SplitBrain(r) => encode("split-brain record", r),
     }
 }
 
@@ -126,6 +135,7 @@ fn decode_entry(e: Entry, kind: ValueKind) -> StoredEntry {
         ValueKind::Leader => postcard::from_bytes::<LeaderRecord>(&e.value).map(StoreValue::Leader),
         ValueKind::Term => postcard::from_bytes::<u64>(&e.value).map(StoreValue::Term),
         ValueKind::SlotHolder => postcard::from_bytes::<NodeId>(&e.value).map(StoreValue::SlotHolder),
+        ValueKind::SplitBrain => postcard::from_bytes::<SplitBrainRecord>(&e.value).map(StoreValue::SplitBrain),
     }
     .map_err(|err| err.to_string());
     StoredEntry { key: e.key, value, revision: e.revision }
@@ -175,6 +185,7 @@ impl MembershipProvider for Leases {
             config.max_failures = self.config.max_failures;
             config.unknown_grace_ms = ms(self.config.unknown_grace);
             config.numbered_slots = self.config.numbered_slots;
+            config.split_brain = self.config.split_brain.clone();
             config.validate().map_err(|e| ConfigError::Invalid { name: "ttl", reason: e.to_string() })?;
             let me = MemberRecord {
                 node: ctx.me.clone(),
@@ -184,6 +195,7 @@ impl MembershipProvider for Leases {
                 roles: ctx.roles.clone(),
                 weight: ctx.weight,
                 slot: None,
+                downed: Vec::new(),
             };
             let keys = LeaseKeys::new(&self.cluster, &ctx.me.name);
             // The store must answer at start: a backend that is down is a clear error.
@@ -200,12 +212,14 @@ impl MembershipProvider for Leases {
                 lease: lease.clone(),
                 view_tx,
                 in_flight: None,
+                link: ctx.peers.clone(),
+                addr: ctx.addr.to_string(),
+                inbox: ctx.gossip,
             };
             // The first rounds (member key, leadership, members) before the node goes on, so that
             // its first view is a real one; bounded by the TTL if the store is slow.
             let _ = tokio::time::timeout(self.config.ttl, driver.settle()).await;
             let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
-            drop(ctx);
             tokio::spawn(driver.run(ctl_rx));
             Ok(MembershipHandle {
                 views,
@@ -220,6 +234,13 @@ impl MembershipProvider for Leases {
 /// The store operation in flight, with the engine's id for it.
 type InFlight = (u64, BoxFuture<'static, StoreAnswer>);
 
+/// What woke the driver.
+enum Woke {
+    Answer(u64, StoreAnswer),
+    Timer,
+    Heard(NodeId, Vec<u8>),
+}
+
 /// Carries out a [`LeaseEngine`]'s commands.
 struct Driver {
     engine: LeaseEngine,
@@ -229,6 +250,12 @@ struct Driver {
     lease: HostingLease,
     view_tx: watch::Sender<ClusterView>,
     in_flight: Option<InFlight>,
+    /// How keep-alives reach the members.
+    link: Arc<dyn PeerLink>,
+    /// This node's listen address, for the answers to its keep-alives.
+    addr: String,
+    /// Keep-alives from peers.
+    inbox: mpsc::Receiver<(NodeId, Vec<u8>)>,
 }
 
 impl Driver {
@@ -252,6 +279,7 @@ impl Driver {
                 LeaseCommand::RevokeHosting => self.lease.revoke(),
                 LeaseCommand::Publish(view) => self.publish(view),
                 LeaseCommand::Log(event) => log(&event),
+                LeaseCommand::KeepAlive { to } => keepalive::ping_all(self.link.as_ref(), &self.addr, &to),
             }
         }
     }
@@ -263,8 +291,9 @@ impl Driver {
         if wake.is_none() && self.in_flight.is_none() {
             return false;
         }
+        let (in_flight, inbox) = (&mut self.in_flight, &mut self.inbox);
         let answer = async {
-            match self.in_flight.as_mut() {
+            match in_flight.as_mut() {
                 Some((id, f)) => (*id, f.await),
                 None => std::future::pending().await,
             }
@@ -275,16 +304,19 @@ impl Driver {
                 None => std::future::pending().await,
             }
         };
-        tokio::select! {
-            (id, answer) = answer => {
+        let woke = tokio::select! {
+            (id, answer) = answer => Woke::Answer(id, answer),
+            _ = sleep => Woke::Timer,
+            Some((from, data)) = inbox.recv() => Woke::Heard(from, data),
+        };
+        let now = self.now();
+        match woke {
+            Woke::Answer(id, answer) => {
                 self.in_flight = None;
-                let now = self.now();
                 self.engine.handle_answer(now, id, answer);
             }
-            _ = sleep => {
-                let now = self.now();
-                self.engine.handle_timeout(now);
-            }
+            Woke::Timer => self.engine.handle_timeout(now),
+            Woke::Heard(from, data) => self.heard(&from, &data),
         }
         self.carry_out();
         true
@@ -295,11 +327,27 @@ impl Driver {
         self.carry_out();
         loop {
             let due = self.engine.poll_timeout().is_some_and(|t| t <= self.now());
+            // A new incarnation waiting for a member's answer is settled too: answers arrive
+            // only once the node serves, after this.
             if self.in_flight.is_none() && !due {
                 return;
             }
             if !self.step().await {
                 return;
+            }
+        }
+    }
+
+    /// A keep-alive from `from` (the only data peers send this provider).
+    fn heard(&mut self, from: &NodeId, data: &[u8]) {
+        match keepalive::receive(self.link.as_ref(), from, data) {
+            Ok(()) => {
+                let now = self.now();
+                self.engine.handle_heard(now, from);
+            }
+            Err(e) => {
+                warn!(error = %e, "keep-alive refused");
+                metrics::counter!("shardline_lease_bad_keepalives_total").increment(1);
             }
         }
     }
@@ -321,7 +369,16 @@ impl Driver {
                         // TTL), so that the others need not wait for them to expire.
                         while self.step().await {}
                     }
-                    Some(Control::Halt) | None => return,
+                    Some(Control::Halt) | None => {
+                        // Downed by the split-brain resolver: hosting is revoked already, and the
+                        // keys go before the node stops (bounded by the TTL), so that the
+                        // winner's side need not wait for them to expire.
+                        if self.engine.is_exiting() {
+                            let ttl = self.engine_ttl();
+                            let _ = tokio::time::timeout(ttl, async { while self.step().await {} }).await;
+                        }
+                        return;
+                    }
                 },
                 more = self.step() => {
                     if !more {
@@ -333,6 +390,10 @@ impl Driver {
                 }
             }
         }
+    }
+
+    fn engine_ttl(&self) -> Duration {
+        Duration::from_millis(self.engine.ttl_ms())
     }
 
     /// Sends the view to the node (when it changed).
@@ -360,6 +421,22 @@ fn log(event: &LeaseEvent) {
         }
         LeaseEvent::SlotTaken { slot } => info!(slot, "membership slot taken"),
         LeaseEvent::SlotLost { slot } => warn!(slot, "membership slot lost; taking a new one"),
+        LeaseEvent::Unreachable { node } => warn!(%node, "member unreachable: no keep-alive answered"),
+        LeaseEvent::ReachableAgain { node } => info!(%node, "member reachable again"),
+        LeaseEvent::SplitBrainRace { reachable, unreachable, delay_ms } => {
+            warn!(reachable, unreachable, delay_ms, "unreachable members stable: racing for the split-brain key")
+        }
+        LeaseEvent::SplitBrainWon { downed } => {
+            let downed: Vec<String> = downed.iter().map(ToString::to_string).collect();
+            warn!(downed = ?downed, "split brain resolved: this side survives, the unreachable members are downed")
+        }
+        LeaseEvent::SplitBrainLost => info!("split brain: another member decided"),
+        LeaseEvent::DownedBySplitBrain { by } => {
+            error!(winner = %by, "downed by the split-brain resolver: stopping every shard and rejoining")
+        }
+        LeaseEvent::WaitingToReachAMember => {
+            info!("members hold keys but none answered yet: joining once one does")
+        }
     }
     debug!(?event, "lease engine");
 }
