@@ -8,7 +8,7 @@ use std::time::Duration;
 use foca::{AccumulatingRuntime, Foca, Member, OwnedNotification, PostcardCodec, Timer};
 
 use super::identity::GossipId;
-use super::resolver::Resolver;
+use super::resolver::{Resolution, Resolver};
 use super::rng::SeededRng;
 use super::status::{StatusBroadcasts, StatusItem, Statuses};
 use crate::id::NodeId;
@@ -118,6 +118,20 @@ pub enum GossipEvent {
     /// This node was declared down by the others: it must stop its shards and come back as a
     /// new incarnation.
     DeclaredDown,
+    /// The resolver's set of unreachable members changed (empty: every member is reachable
+    /// again). Decisions wait until it has stayed the same for `stable_after`.
+    Unreachable {
+        /// The members this node cannot reach.
+        nodes: BTreeSet<NodeId>,
+    },
+    /// The unreachable set kept changing for too long to decide: this node downs itself (it
+    /// stops its shards and rejoins as a new incarnation), whichever side it is on, so that
+    /// the other side may take over once its margin ends. [`DeclaredDown`](Self::DeclaredDown)
+    /// follows.
+    DownedWhenUnstable {
+        /// How long, in ms, members have been unreachable without a stable set.
+        unstable_ms: u64,
+    },
     /// Data from the network that cannot be read (dropped; nothing else happens).
     BadData {
         /// Why.
@@ -182,6 +196,9 @@ pub struct GossipEngine {
     /// Each member's newest status version and when it arrived: a member whose statuses still
     /// come in is connected to this node's side, through others if not directly.
     status_seen: BTreeMap<NodeId, (u64, u64)>,
+    /// When this node first knew of each member (itself included): the resolver counts a
+    /// member on its own side only once it has been known for a window.
+    first_seen: BTreeMap<NodeId, u64>,
 }
 
 impl std::fmt::Debug for GossipEngine {
@@ -196,6 +213,7 @@ impl GossipEngine {
     /// identity names no node or the settings are out of range.
     pub fn new(config: GossipConfig, me: GossipId, seeds: &[String], now: u64, seed: u64) -> Option<Self> {
         let node = me.node.clone()?;
+        let first_seen = BTreeMap::from([(node.clone(), now)]);
         let ms = Duration::from_millis;
         let mut fc = foca::Config::simple();
         fc.probe_period = ms(config.probe_period_ms);
@@ -264,6 +282,7 @@ impl GossipEngine {
             now,
             heard_at: now,
             status_seen: BTreeMap::new(),
+            first_seen,
         };
         // Seeds are known as down placeholders: foca announces to down members periodically,
         // which is how this node joins, and how split sides find each other again.
@@ -404,6 +423,7 @@ impl GossipEngine {
             for node in &forgotten {
                 statuses.remove(node);
                 self.status_seen.remove(node);
+                self.first_seen.remove(node);
             }
         }
         self.lead(now);
@@ -485,6 +505,9 @@ impl GossipEngine {
         // nothing at all for two periods says the same at once.
         let cut_off = now.saturating_sub(self.heard_at) >= 2 * self.config.probe_period_ms;
         for m in self.foca.iter_members() {
+            if let Some(node) = &m.id().node {
+                self.first_seen.entry(node.clone()).or_insert(now);
+            }
             let connected = connected(&self.status_seen, &self.config, now, m);
             match m.state() {
                 foca::State::Alive | foca::State::Suspect if !cut_off && connected => reachable.extend(member(m.id())),
@@ -499,9 +522,34 @@ impl GossipEngine {
         // before this node has even tried to reach some of the other side.
         let members = self.foca.num_members() as u64 + 1;
         let window = self.config.stable_after_ms.max(members * self.config.probe_period_ms + self.config.probe_rtt_ms);
-        match resolver.observe(now, window, &reachable, &unreachable) {
+        // A member that joined (or restarted) just before or during a partition may be known on
+        // one side only: counted there as reachable, it could make both sides a majority (the
+        // world found two sides that each kept themselves that way). Only members known for a
+        // window before anyone became unreachable count on this node's side; unreachable ones
+        // always count against it. That can only make a side lose, never both win.
+        let since = resolver.first_unreachable().unwrap_or(now);
+        let recent: BTreeSet<NodeId> = reachable
+            .iter()
+            .filter(|m| self.first_seen.get(&m.node).is_none_or(|at| at.saturating_add(window) > since))
+            .map(|m| m.node.clone())
+            .collect();
+        let before = resolver.unreachable().cloned();
+        let unstable = unstable_ms(&self.config, members);
+        let resolution = resolver.observe(now, window, unstable, &reachable, &unreachable, &recent);
+        let after = resolver.unreachable().cloned();
+        if before != after && after.is_some() {
+            self.log(GossipEvent::Unreachable { nodes: after.unwrap_or_default() });
+        } else if before.is_some() && after.is_none() && resolution.is_none() {
+            self.log(GossipEvent::Unreachable { nodes: BTreeSet::new() });
+        }
+        match resolution {
             None => {}
-            Some(SplitBrainDecision::DownUnreachable) => {
+            Some(Resolution::Unstable { unstable_ms }) => {
+                self.declared_down = true;
+                self.log(GossipEvent::DownedWhenUnstable { unstable_ms });
+                self.log(GossipEvent::DeclaredDown);
+            }
+            Some(Resolution::Decided(SplitBrainDecision::DownUnreachable)) => {
                 let nodes: BTreeSet<NodeId> = suspects.iter().filter_map(|id| id.node.clone()).collect();
                 self.log(GossipEvent::DownedUnreachable { nodes });
                 let downs = suspects.into_iter().map(Member::down).collect::<Vec<_>>();
@@ -510,7 +558,7 @@ impl GossipEngine {
                 }
             }
             // Gossip alone has no lease to acquire (refused at start): treated as losing.
-            Some(SplitBrainDecision::DownReachable) | Some(SplitBrainDecision::AcquireLease { .. }) => {
+            Some(Resolution::Decided(SplitBrainDecision::DownReachable | SplitBrainDecision::AcquireLease { .. })) => {
                 self.declared_down = true;
                 self.log(GossipEvent::DeclaredDown);
             }
@@ -520,14 +568,17 @@ impl GossipEngine {
     /// How long a downed member still counts as possibly running. The two sides of a partition
     /// do not decide at the same moment: each finds the other side unreachable by probing one
     /// member per period, so a side may take up to a period per member longer to see a stable
-    /// set than the other. The margin covers that, on top of the configured one.
+    /// set than the other; and a side whose set never settles downs itself only once it has
+    /// been unstable for the window and a bound more (the time probing takes to find every
+    /// member, and three quarters of `stable_after`). The margin covers both, on top of the
+    /// configured one.
     pub fn down_margin_ms(&self) -> u64 {
         #[cfg(feature = "fault-injection")]
         if self.config.fault_no_down_margin {
             return 0;
         }
         let members = self.foca.num_members() as u64 + self.down.len() as u64;
-        self.config.down_margin_ms + members * self.config.probe_period_ms
+        self.config.down_margin_ms + members * self.config.probe_period_ms + unstable_ms(&self.config, members)
     }
 
     /// Whether `node` said it was done before it went (a graceful leave, not a failure).
@@ -618,6 +669,15 @@ fn term_tag(seed: u64) -> u32 {
 /// suspicion never runs out by itself, and a suspicion spread on one side of a healed partition
 /// may never reach its suspect to be refuted; it must then neither hold the view unreachable nor
 /// decide a partition.
+/// How long past its window a resolver's unreachable set may keep changing before the node
+/// downs itself: the time probing takes to find every member of the other side (a period per
+/// member, one more for the suspicion, one probe's wait), so that the surviving side never
+/// downs itself while still discovering a clean partition, plus three quarters of
+/// `stable_after`, as Akka's `down-all-when-unstable`.
+fn unstable_ms(config: &GossipConfig, members: u64) -> u64 {
+    (members + 1) * config.probe_period_ms + config.probe_rtt_ms + config.stable_after_ms / 4 * 3
+}
+
 fn connected(
     status_seen: &BTreeMap<NodeId, (u64, u64)>,
     config: &GossipConfig,

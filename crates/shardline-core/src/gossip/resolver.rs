@@ -11,6 +11,15 @@
 //! (the engine passes the window). A 2 s window on six members let a side of two, which had not
 //! yet probed one member of the other side, count it as its own, find itself the majority, and
 //! down the real majority (a real partition test found it).
+//!
+//! A set that never settles must not keep a node from deciding forever: the other side may have
+//! decided and will take this side's shards once its margin ends. A node whose unreachable set
+//! has kept changing for the window and `unstable_ms` more (the time probing takes to find
+//! every member, and three quarters of `stable_after`) since it first saw anyone unreachable
+//! downs itself, whichever side it is on (Akka's `down-all-when-unstable`); the engine's down
+//! margin covers that bound, so the whole losing side has stopped before anyone takes over. The
+//! simulation found the case: a node alone on its side, regrouped by a second partition before
+//! its set had settled, never decided, and the other side took it over while it ran.
 
 use std::collections::BTreeSet;
 
@@ -18,16 +27,30 @@ use crate::id::NodeId;
 use crate::membership::Member;
 use crate::split_brain::{SplitBrainDecision, SplitBrainPolicy};
 
+/// What the resolver concluded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Resolution {
+    /// The set was stable for the window: the policy decided.
+    Decided(SplitBrainDecision),
+    /// The set kept changing for too long (for `unstable_ms` since this node first saw anyone
+    /// unreachable): this node downs itself.
+    Unstable {
+        /// Since when, in ms, anyone has been unreachable.
+        unstable_ms: u64,
+    },
+}
+
 /// The resolver's state: the policy, and the unreachable set with since when it is unchanged.
 #[derive(Debug)]
 pub(super) struct Resolver {
     policy: SplitBrainPolicy,
-    /// The window of the latest observation.
+    /// How long past the window a set may keep changing before this node downs itself.
+    unstable_ms: u64,
+    /// The window of the latest observation (the engine's `unstable_ms` likewise).
     window_ms: u64,
     unstable: Option<(BTreeSet<NodeId>, u64)>,
-    /// The members known when some member first became unreachable (and none has been
-    /// reachable-only since): only they count in the decision.
-    known_at_start: Option<BTreeSet<NodeId>>,
+    /// Since when anyone has been unreachable (without a decision since).
+    first_unreachable: Option<u64>,
 }
 
 impl Resolver {
@@ -36,33 +59,42 @@ impl Resolver {
         if matches!(policy, SplitBrainPolicy::LeaseMajority { .. }) {
             return None;
         }
-        Some(Resolver { policy, window_ms: 0, unstable: None, known_at_start: None })
+        Some(Resolver { policy, unstable_ms: 0, window_ms: 0, unstable: None, first_unreachable: None })
+    }
+
+    /// Since when anyone has been unreachable, without a decision since.
+    pub fn first_unreachable(&self) -> Option<u64> {
+        self.first_unreachable
+    }
+
+    /// The unreachable set as last observed, when anyone is unreachable.
+    pub fn unreachable(&self) -> Option<&BTreeSet<NodeId>> {
+        self.unstable.as_ref().map(|(set, _)| set)
     }
 
     /// The members this node reaches (itself included) and those it does not, at `now`: the
     /// decision once the unreachable set has been the same for `window_ms`, None before (or with
-    /// nobody unreachable).
+    /// nobody unreachable). Members in `recent` (known too briefly to be known on both sides)
+    /// do not count on this side. A set still changing `unstable_ms` after the window since
+    /// anyone first became unreachable ends in [`Resolution::Unstable`].
     pub fn observe(
         &mut self,
         now: u64,
         window_ms: u64,
+        unstable_ms: u64,
         reachable: &[Member],
         unreachable: &[Member],
-    ) -> Option<SplitBrainDecision> {
+        recent: &BTreeSet<NodeId>,
+    ) -> Option<Resolution> {
         self.window_ms = window_ms;
+        self.unstable_ms = unstable_ms;
         let set: BTreeSet<NodeId> = unreachable.iter().map(|m| m.node.clone()).collect();
         if set.is_empty() {
             self.unstable = None;
-            self.known_at_start = None;
+            self.first_unreachable = None;
             return None;
         }
-        // A member that joined one side while the other was unreachable is unknown to the other
-        // side: counted on one side only, it could make both sides a majority (the world found
-        // two sides that each kept themselves that way). Count the members known at the start.
-        let known = self
-            .known_at_start
-            .get_or_insert_with(|| reachable.iter().chain(unreachable).map(|m| m.node.clone()).collect())
-            .clone();
+        let first = *self.first_unreachable.get_or_insert(now);
         let since = match &self.unstable {
             Some((same, since)) if *same == set => *since,
             _ => {
@@ -71,23 +103,38 @@ impl Resolver {
             }
         };
         if now.saturating_sub(since) < self.window_ms {
-            return None;
+            let unstable_ms = now.saturating_sub(first);
+            if unstable_ms < self.window_ms + self.unstable_ms {
+                return None;
+            }
+            self.reset();
+            return Some(Resolution::Unstable { unstable_ms });
         }
-        self.unstable = None;
-        self.known_at_start = None;
+        self.reset();
         // Proxies host nothing: they follow their side, and do not count.
-        let hosts = |side: &[Member]| {
-            side.iter().filter(|m| !m.is_proxy() && known.contains(&m.node)).cloned().collect::<Vec<_>>()
-        };
-        let (r, u) = (hosts(reachable), hosts(unreachable));
+        let hosts = |side: &[Member]| side.iter().filter(|m| !m.is_proxy()).cloned().collect::<Vec<_>>();
+        let mut r = hosts(reachable);
+        r.retain(|m| !recent.contains(&m.node));
+        let u = hosts(unreachable);
         if u.is_empty() {
-            return Some(SplitBrainDecision::DownUnreachable);
+            return Some(Resolution::Decided(SplitBrainDecision::DownUnreachable));
         }
-        Some(self.policy.decide(&r, &u, None))
+        // Nobody on this side counts (all joined too recently): the side cannot claim anything.
+        if r.is_empty() {
+            return Some(Resolution::Decided(SplitBrainDecision::DownReachable));
+        }
+        Some(Resolution::Decided(self.policy.decide(&r, &u, None)))
     }
 
-    /// When the unreachable set will have been stable long enough.
+    fn reset(&mut self) {
+        self.unstable = None;
+        self.first_unreachable = None;
+    }
+
+    /// When the unreachable set will have been stable long enough, or unstable too long.
     pub fn deadline(&self) -> Option<u64> {
-        self.unstable.as_ref().map(|(_, since)| since + self.window_ms)
+        let stable = self.unstable.as_ref().map(|(_, since)| since + self.window_ms);
+        let unstable = self.first_unreachable.map(|first| first + self.window_ms + self.unstable_ms);
+        stable.into_iter().chain(unstable).min()
     }
 }

@@ -1,7 +1,8 @@
 //! Deterministic simulation of gossip membership: the real [`GossipEngine`]s of two to six
 //! nodes on a simulated network with latency, loss, crashes, leaves and restarts as new
 //! incarnations — all from one seeded generator. Half the schedules run engines with the
-//! split-brain resolver (`KeepMajority`), and add partitions, one-way links and pauses.
+//! split-brain resolver (`KeepMajority`), and add partitions (some as long as 30 s), one-way
+//! links, pauses and stalled messages.
 //!
 //! After every step it checks G1 (one leader per term) and G3 (a member that a leader shows down,
 //! so that its shards would be taken over, has stopped: crashed or declared itself down; members

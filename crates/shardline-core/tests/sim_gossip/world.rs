@@ -17,6 +17,8 @@ pub struct Params {
     pub nodes: usize,
     pub latency_ms: u64,
     pub loss: f64,
+    /// The share of messages held up for 0.2–1.5 s (a starved process) while faults happen.
+    pub stalls: f64,
     pub faults: usize,
     pub active_ms: u64,
     /// Engines that never repeat their status (members that joined later never learn it).
@@ -39,6 +41,7 @@ impl Params {
             nodes: r.range(2, 7) as usize,
             latency_ms: r.range(1, 30),
             loss: if r.chance(0.5) { 0.0 } else { 0.02 },
+            stalls: if r.chance(0.5) { 0.0 } else { 0.03 },
             faults: r.range(0, 6) as usize,
             active_ms: r.range(5_000, 20_000),
             broken_status: false,
@@ -84,6 +87,8 @@ pub struct World {
     /// Each slot's side while a partition lasts (same number: they can talk).
     side: Vec<u64>,
     partition: u64,
+    /// When the last fault scheduled so far ends (its heal, restart or wake-up).
+    calm_at: u64,
     /// Links that drop everything from the first slot to the second.
     cut: BTreeSet<(usize, usize)>,
     terms: BTreeMap<u64, NodeId>,
@@ -111,6 +116,7 @@ impl World {
             next_inc: 0,
             side: vec![0; p.nodes],
             partition: 0,
+            calm_at: 0,
             cut: BTreeSet::new(),
             terms: BTreeMap::new(),
             splits: p.resolver,
@@ -210,7 +216,12 @@ impl World {
                     }
                     // Delivered to whichever incarnation listens at the address then (as a socket
                     // would): that is how a restarted node is found.
-                    let at = now + self.rng.range(1, self.p.latency_ms + 1);
+                    let mut at = now + self.rng.range(1, self.p.latency_ms + 1);
+                    // A busy machine: now and then a message waits far longer than the network's
+                    // latency (a starved process), enough to miss a probe's deadline.
+                    if now < self.p.active_ms && self.rng.chance(self.p.stalls) {
+                        at += self.rng.range(200, 1_500);
+                    }
                     self.schedule(at, Ev::Deliver { to: dest, data });
                 }
                 GossipCommand::Publish(view) => {
@@ -362,8 +373,12 @@ impl World {
                 for s in 0..n {
                     self.side[s] = self.rng.range(0, 2);
                 }
-                let until = now + self.rng.range(500, 8_000);
+                // Short ones heal before anyone decides; long ones (the real test cuts for 25 s)
+                // run the whole race: both sides decide, the surviving one takes over.
+                let until =
+                    now + if self.rng.chance(0.5) { self.rng.range(500, 8_000) } else { self.rng.range(8_000, 30_000) };
                 self.log(|| format!("fault: partition {:?} until {until}", self.side));
+                self.calm_at = self.calm_at.max(until);
                 self.schedule(until, Ev::Heal { partition });
             }
             2 => {
@@ -420,9 +435,9 @@ impl World {
     }
 
     pub fn run(mut self) -> (Vec<String>, World) {
-        let end = self.p.active_ms + 20_000;
         while let Some((at, ev)) = self.queue.pop() {
-            if at > end {
+            // Settling is checked 20 s after the faults end (their last heal included).
+            if at > self.p.active_ms.max(self.calm_at) + 20_000 {
                 break;
             }
             self.now = at;
@@ -437,7 +452,7 @@ impl World {
             }
         }
         if self.violations.is_empty() {
-            self.now = end;
+            self.now = self.p.active_ms.max(self.calm_at) + 20_000;
             self.check_settled();
         }
         (std::mem::take(&mut self.violations), self)

@@ -217,6 +217,15 @@ fn log(event: &GossipEvent) {
         GossipEvent::MemberDown { node } => warn!(%node, "member declared down"),
         GossipEvent::MemberLeft { node } => info!(%node, "member left the cluster"),
         GossipEvent::DeclaredDown => warn!("this node was declared down by the cluster"),
+        GossipEvent::Unreachable { nodes } if nodes.is_empty() => info!("every member is reachable again"),
+        GossipEvent::Unreachable { nodes } => {
+            let nodes: Vec<String> = nodes.iter().map(ToString::to_string).collect();
+            warn!(nodes = %nodes.join(","), "members unreachable; the split-brain resolver waits for this set to stay the same")
+        }
+        GossipEvent::DownedWhenUnstable { unstable_ms } => warn!(
+            unstable_ms,
+            "split-brain resolver: the unreachable members kept changing for too long to decide; this node downs itself"
+        ),
         GossipEvent::BadData { error } => {
             warn!(%error, "gossip data that cannot be read: dropped");
             metrics::counter!("shardline_gossip_bad_data_total").increment(1);
