@@ -271,10 +271,9 @@ fn audit_is_clean(report: &serde_json::Value) -> bool {
 }
 
 /// Nodes `n1`… on the bridges `sides` says (the load driver on bridge 0, with the first two
-/// nodes as seeds), all with `policy`; the trunk is cut for 35 s under load (long enough for the
-/// surviving side to take over: its margin grows with the members). The nodes named in `downed`
-/// must down themselves and the others survive; nothing acknowledged is lost, no shard is hosted
-/// on both sides, and after the heal every node hosts shards again.
+/// nodes as seeds), all with `policy`; the trunk is cut for 25 s under load. The nodes named in
+/// `downed` must down themselves and the others survive; nothing acknowledged is lost, no shard
+/// is hosted on both sides, and after the heal every node hosts shards again.
 fn split_under_load(sides: &[usize], policy: &str, downed: &[&str]) {
     let _turn = one_at_a_time();
     let mut all = sides.to_vec();
@@ -297,7 +296,7 @@ fn split_under_load(sides: &[usize], policy: &str, downed: &[&str]) {
     let load = lab.load(driver, "load", 50);
     std::thread::sleep(Duration::from_secs(5));
     lab.trunk(false);
-    std::thread::sleep(Duration::from_secs(35));
+    std::thread::sleep(Duration::from_secs(25));
     lab.trunk(true);
     assert_eq!(lab.wait(load, Duration::from_secs(150)), Some(0), "load:\n{}", lab.text("load"));
     let report = lab.report("load");
