@@ -193,6 +193,10 @@ pub struct BenchArgs {
     /// Membership of the cluster scenarios: seeds, etcd://HOST:PORT or nats://HOST:PORT.
     #[arg(long, default_value = "seeds")]
     pub membership: MembershipSpec,
+    /// Seconds of load before the first kill (failover), watching for members downed that
+    /// nobody killed: `false_downs` in the JSON.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    pub steady_secs: u64,
     /// Repetitions (failover, journal).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub runs: u32,

@@ -13,6 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::args::BenchArgs;
+use crate::false_downs::FalseDowns;
 use crate::load::{percentiles, probe_ids, shards_per_node, HomeMonitor, Latency};
 use crate::procs::{free_port, journal_flags, work_dir, NodeProc};
 use shardline_cli::{register_accounts, AccountCmd, Accounts, Echo};
@@ -483,6 +484,10 @@ async fn failover(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
         }));
     }
     let probes = Arc::new(probe_ids(shards));
+    // Every member that goes away without being killed is a false down: the price of a
+    // detector fast enough to repair a crash in seconds.
+    let watch = FalseDowns::watch(&driver);
+    tokio::time::sleep(Duration::from_secs(args.steady_secs)).await;
     let mut runs = Vec::new();
     for run in 0..args.runs as usize {
         all_shards_answer(&accounts, &probes, Duration::from_secs(60)).await?;
@@ -496,6 +501,7 @@ async fn failover(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
         };
         let name = nodes[victim].name.clone();
         let was_leader = leader.as_deref() == Some(name.as_str());
+        watch.killing(&name);
         let event = Instant::now();
         nodes[victim].kill();
         let served = all_shards_answer(&accounts, &probes, Duration::from_secs(120)).await?;
@@ -508,6 +514,7 @@ async fn failover(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
             NodeProc::spawn(&name, &addrs[idx], &addrs[0], shards, &args.membership.to_string(), &dir, &flags)?;
         settle(accounts.entities(), 3, Duration::from_secs(120)).await?;
     }
+    let false_downs: Vec<String> = watch.finish().iter().map(ToString::to_string).collect();
     stop.store(true, Ordering::Relaxed);
     for l in load {
         let _ = l.await;
@@ -522,5 +529,8 @@ async fn failover(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
         "runs": runs,
         "failover_ms_p50": p50,
         "failover_ms_max": max,
+        "steady_secs": args.steady_secs,
+        "false_downs": false_downs.len(),
+        "falsely_downed": false_downs,
     }))
 }

@@ -4,6 +4,7 @@ mod args;
 mod bench;
 mod demo;
 mod external_load;
+mod false_downs;
 mod journal_bench;
 mod load;
 mod node;

@@ -66,7 +66,26 @@ impl NatsStore {
                 }
             }
         };
-        let ephemeral = open(format!("{name}-ephemeral"), ttl).await?;
+        let mut ephemeral = open(format!("{name}-ephemeral"), ttl).await?;
+        // The bucket's max age is every key's real lifetime. Shorter than this node's TTL, a
+        // key would vanish while its node still hosts (the node fences only at TTL − margin):
+        // refused. Longer (a bucket made by nodes with a longer TTL) is safe, only slower.
+        let made_with = ephemeral.stream.info().await.map_err(unavailable)?.config.max_age;
+        if made_with < ttl {
+            return Err(StoreError::Failed(format!(
+                "the bucket {name}-ephemeral keeps keys for {made_with:?}, less than this node's lease TTL \
+                 {ttl:?}: keys would expire while their nodes still host. Every node of a cluster must use \
+                 the same TTL (or delete the bucket when none runs)"
+            )));
+        }
+        if made_with > ttl {
+            tracing::warn!(
+                bucket = %format!("{name}-ephemeral"),
+                ?made_with,
+                ?ttl,
+                "the bucket keeps keys longer than this node's lease TTL: a crashed node's shards move only once its key expires"
+            );
+        }
         let durable = open(format!("{name}-durable"), Duration::ZERO).await?;
         Ok(NatsStore { ephemeral, durable, ttl, timeout })
     }

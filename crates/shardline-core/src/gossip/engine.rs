@@ -58,12 +58,42 @@ pub struct GossipConfig {
     pub fault_no_down_margin: bool,
 }
 
-impl Default for GossipConfig {
-    fn default() -> Self {
+impl GossipConfig {
+    /// Settings with a split-brain resolver: `policy`, decided after `stable_after_ms` (also the
+    /// down margin), and SWIM at its slower pace (a probe a second, 500 ms for an answer). A
+    /// resolver's decisions wait for the stable window and a margin anyway (tens of seconds), so
+    /// fast probing buys nothing there; and the world found that with the fast pace a member
+    /// that had only partly joined before a partition could keep its tiny side (two schedules
+    /// of 10,000).
+    ///
+    /// ```
+    /// use shardline_core::gossip::GossipConfig;
+    /// use shardline_core::SplitBrainPolicy;
+    ///
+    /// let c = GossipConfig::with_split_brain(SplitBrainPolicy::KeepMajority, 5_000);
+    /// assert_eq!((c.probe_period_ms, c.stable_after_ms, c.down_margin_ms), (1_000, 5_000, 5_000));
+    /// ```
+    pub fn with_split_brain(policy: SplitBrainPolicy, stable_after_ms: u64) -> Self {
         GossipConfig {
             probe_period_ms: 1_000,
             probe_rtt_ms: 500,
             suspect_to_down_ms: 4_000,
+            split_brain: Some(policy),
+            stable_after_ms,
+            down_margin_ms: stable_after_ms,
+            ..GossipConfig::default()
+        }
+    }
+}
+
+impl Default for GossipConfig {
+    fn default() -> Self {
+        GossipConfig {
+            // A crash is repaired in about 3 s: probed within half a second, suspected after
+            // the probe's wait and the indirect probes, down two seconds later unless refuted.
+            probe_period_ms: 500,
+            probe_rtt_ms: 250,
+            suspect_to_down_ms: 2_000,
             remove_down_after_ms: 60_000,
             gossip_every_ms: 200,
             announce_every_ms: 2_000,
@@ -607,7 +637,11 @@ impl GossipEngine {
             self.broadcast_status(now);
         }
         let leads = self.formed && !self.declared_down && self.first_in_line() == Some(self.node.clone());
-        if leads && self.term == 0 {
+        // A leader that hears of a higher term (a member that led apart from it, e.g. a first
+        // seed restarted alone, then merged) takes a term above it: regions follow the highest
+        // term they have seen, and would refuse its coordinator for good otherwise.
+        let outranked = self.term != 0 && self.max_term > self.term;
+        if leads && (self.term == 0 || outranked) {
             self.term = term_above(self.max_term.max(self.config.term_floor), self.tag);
             self.max_term = self.term;
             let term = self.term;

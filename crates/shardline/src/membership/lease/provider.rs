@@ -33,7 +33,9 @@ use crate::membership::{
 /// Settings of lease-based membership.
 #[derive(Clone, Debug)]
 pub struct LeaseConfig {
-    /// Lease TTL (default 5 s); keys are renewed every TTL/3.
+    /// Lease TTL (default 3 s: a crashed node's key expires 2–3 s after its last renewal, so
+    /// its shards move within about 3 s); keys are renewed every TTL/3. etcd counts it in
+    /// whole seconds.
     pub ttl: Duration,
     /// A node stops its shards when it has not renewed for `ttl − safety_margin` (default 1 s).
     pub safety_margin: Duration,
@@ -56,7 +58,7 @@ pub struct LeaseConfig {
 impl Default for LeaseConfig {
     fn default() -> Self {
         LeaseConfig {
-            ttl: Duration::from_secs(5),
+            ttl: Duration::from_secs(3),
             safety_margin: Duration::from_secs(1),
             max_failures: 3,
             unknown_grace: Duration::ZERO,
