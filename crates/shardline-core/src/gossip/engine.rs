@@ -58,42 +58,12 @@ pub struct GossipConfig {
     pub fault_no_down_margin: bool,
 }
 
-impl GossipConfig {
-    /// Settings with a split-brain resolver: `policy`, decided after `stable_after_ms` (also the
-    /// down margin), and SWIM at its slower pace (a probe a second, 500 ms for an answer). A
-    /// resolver's decisions wait for the stable window and a margin anyway (tens of seconds), so
-    /// fast probing buys nothing there; and the world found that with the fast pace a member
-    /// that had only partly joined before a partition could keep its tiny side (two schedules
-    /// of 10,000).
-    ///
-    /// ```
-    /// use shardline_core::gossip::GossipConfig;
-    /// use shardline_core::SplitBrainPolicy;
-    ///
-    /// let c = GossipConfig::with_split_brain(SplitBrainPolicy::KeepMajority, 5_000);
-    /// assert_eq!((c.probe_period_ms, c.stable_after_ms, c.down_margin_ms), (1_000, 5_000, 5_000));
-    /// ```
-    pub fn with_split_brain(policy: SplitBrainPolicy, stable_after_ms: u64) -> Self {
+impl Default for GossipConfig {
+    fn default() -> Self {
         GossipConfig {
             probe_period_ms: 1_000,
             probe_rtt_ms: 500,
             suspect_to_down_ms: 4_000,
-            split_brain: Some(policy),
-            stable_after_ms,
-            down_margin_ms: stable_after_ms,
-            ..GossipConfig::default()
-        }
-    }
-}
-
-impl Default for GossipConfig {
-    fn default() -> Self {
-        GossipConfig {
-            // A crash is repaired in about 3 s: probed within half a second, suspected after
-            // the probe's wait and the indirect probes, down two seconds later unless refuted.
-            probe_period_ms: 500,
-            probe_rtt_ms: 250,
-            suspect_to_down_ms: 2_000,
             remove_down_after_ms: 60_000,
             gossip_every_ms: 200,
             announce_every_ms: 2_000,
@@ -538,7 +508,8 @@ impl GossipEngine {
             if let Some(node) = &m.id().node {
                 self.first_seen.entry(node.clone()).or_insert(now);
             }
-            let connected = connected(&self.status_seen, &self.config, now, m);
+            let connected =
+                connected(&self.status_seen, &self.config, now, m) && !silent(&self.status_seen, &self.config, now, m);
             match m.state() {
                 foca::State::Alive | foca::State::Suspect if !cut_off && connected => reachable.extend(member(m.id())),
                 foca::State::Alive | foca::State::Suspect => {
@@ -564,7 +535,7 @@ impl GossipEngine {
             .map(|m| m.node.clone())
             .collect();
         let before = resolver.unreachable().cloned();
-        let unstable = unstable_ms(&self.config, members);
+        let unstable = unstable_ms(&self.config);
         let resolution = resolver.observe(now, window, unstable, &reachable, &unreachable, &recent);
         let after = resolver.unreachable().cloned();
         if before != after && after.is_some() {
@@ -599,8 +570,8 @@ impl GossipEngine {
     /// do not decide at the same moment: each finds the other side unreachable by probing one
     /// member per period, so a side may take up to a period per member longer to see a stable
     /// set than the other; and a side whose set never settles downs itself only once it has
-    /// been unstable for the window and a bound more (the time probing takes to find every
-    /// member, and three quarters of `stable_after`). The margin covers both, on top of the
+    /// been unstable for the window and a bound more (the time the whole other side takes to
+    /// fall silent, and three quarters of `stable_after`). The margin covers both, on top of the
     /// configured one.
     pub fn down_margin_ms(&self) -> u64 {
         #[cfg(feature = "fault-injection")]
@@ -608,7 +579,7 @@ impl GossipEngine {
             return 0;
         }
         let members = self.foca.num_members() as u64 + self.down.len() as u64;
-        self.config.down_margin_ms + members * self.config.probe_period_ms + unstable_ms(&self.config, members)
+        self.config.down_margin_ms + members * self.config.probe_period_ms + unstable_ms(&self.config)
     }
 
     /// Whether `node` said it was done before it went (a graceful leave, not a failure).
@@ -637,11 +608,7 @@ impl GossipEngine {
             self.broadcast_status(now);
         }
         let leads = self.formed && !self.declared_down && self.first_in_line() == Some(self.node.clone());
-        // A leader that hears of a higher term (a member that led apart from it, e.g. a first
-        // seed restarted alone, then merged) takes a term above it: regions follow the highest
-        // term they have seen, and would refuse its coordinator for good otherwise.
-        let outranked = self.term != 0 && self.max_term > self.term;
-        if leads && (self.term == 0 || outranked) {
+        if leads && self.term == 0 {
             self.term = term_above(self.max_term.max(self.config.term_floor), self.tag);
             self.max_term = self.term;
             let term = self.term;
@@ -698,20 +665,21 @@ fn term_tag(seed: u64) -> u32 {
     }
 }
 
+/// How long past its window a resolver's unreachable set may keep changing before the node
+/// downs itself: the time it takes every member of the other side to fall silent (statuses
+/// stop arriving from the whole side at once, see [`silent`]), so that the surviving side never
+/// downs itself while still discovering a clean partition, plus three quarters of
+/// `stable_after`, as Akka's `down-all-when-unstable`. (Counting a probe period per member
+/// instead, before members fell silent, made the margin outlast a 25 s cut.)
+fn unstable_ms(config: &GossipConfig) -> u64 {
+    2 * config.status_every_ms + config.probe_period_ms + config.stable_after_ms / 4 * 3
+}
+
 /// Whether a member is connected to this node's side: SWIM holds it alive, or (with the resolver)
 /// its statuses, one a second, still arrive, through others if not directly. With the resolver,
 /// suspicion never runs out by itself, and a suspicion spread on one side of a healed partition
 /// may never reach its suspect to be refuted; it must then neither hold the view unreachable nor
 /// decide a partition.
-/// How long past its window a resolver's unreachable set may keep changing before the node
-/// downs itself: the time probing takes to find every member of the other side (a period per
-/// member, one more for the suspicion, one probe's wait), so that the surviving side never
-/// downs itself while still discovering a clean partition, plus three quarters of
-/// `stable_after`, as Akka's `down-all-when-unstable`.
-fn unstable_ms(config: &GossipConfig, members: u64) -> u64 {
-    (members + 1) * config.probe_period_ms + config.probe_rtt_ms + config.stable_after_ms / 4 * 3
-}
-
 fn connected(
     status_seen: &BTreeMap<NodeId, (u64, u64)>,
     config: &GossipConfig,
@@ -726,4 +694,25 @@ fn connected(
         .and_then(|n| status_seen.get(n))
         .is_some_and(|(_, at)| now.saturating_sub(*at) < stale_after);
     m.state() == foca::State::Alive || (config.split_brain.is_some() && m.state() == foca::State::Suspect && fresh)
+}
+
+/// For the resolver only: whether `m`'s statuses stopped arriving although it is not suspected
+/// (yet). SWIM probes one member per period, so across a partition a member can stay unprobed,
+/// and "alive", for longer than the resolver's window (the world found a side that counted the
+/// other side's leader as its own that way); statuses stop arriving from the whole other side at
+/// once. Only the resolver counts it unreachable: the view and the leader rule keep SWIM's word,
+/// since a status that is merely late must not hold rebalancing or move leadership.
+fn silent(
+    status_seen: &BTreeMap<NodeId, (u64, u64)>,
+    config: &GossipConfig,
+    now: u64,
+    m: &foca::Member<GossipId>,
+) -> bool {
+    let stale_after = 2 * config.status_every_ms + config.probe_period_ms;
+    m.state() == foca::State::Alive
+        && m.id()
+            .node
+            .as_ref()
+            .and_then(|n| status_seen.get(n))
+            .is_some_and(|(_, at)| now.saturating_sub(*at) >= stale_after)
 }

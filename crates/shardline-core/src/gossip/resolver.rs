@@ -14,8 +14,8 @@
 //!
 //! A set that never settles must not keep a node from deciding forever: the other side may have
 //! decided and will take this side's shards once its margin ends. A node whose unreachable set
-//! has kept changing for the window and `unstable_ms` more (the time probing takes to find
-//! every member, and three quarters of `stable_after`) since it first saw anyone unreachable
+//! has kept changing for the window and `unstable_ms` more (the time the whole other side
+//! takes to fall silent, and three quarters of `stable_after`) since it first saw anyone unreachable
 //! downs itself, whichever side it is on (Akka's `down-all-when-unstable`); the engine's down
 //! margin covers that bound, so the whole losing side has stopped before anyone takes over. The
 //! simulation found the case: a node alone on its side, regrouped by a second partition before

@@ -89,6 +89,8 @@ pub struct World {
     partition: u64,
     /// When the last fault scheduled so far ends (its heal, restart or wake-up).
     calm_at: u64,
+    /// Until when a long partition lasts (no other starts meanwhile).
+    long_until: u64,
     /// Links that drop everything from the first slot to the second.
     cut: BTreeSet<(usize, usize)>,
     terms: BTreeMap<u64, NodeId>,
@@ -117,6 +119,7 @@ impl World {
             side: vec![0; p.nodes],
             partition: 0,
             calm_at: 0,
+            long_until: 0,
             cut: BTreeSet::new(),
             terms: BTreeMap::new(),
             splits: p.resolver,
@@ -155,14 +158,13 @@ impl World {
         let term_floor = self.terms.keys().next_back().copied().unwrap_or(0);
         // The broken engine never repeats its status.
         let status_every_ms = if self.p.broken_status { u64::MAX / 4 } else { GossipConfig::default().status_every_ms };
-        let mut config = if self.p.resolver {
-            GossipConfig::with_split_brain(SplitBrainPolicy::KeepMajority, self.p.stable_after_ms)
-        } else {
-            GossipConfig::default()
-        };
-        config.term_floor = term_floor;
-        config.status_every_ms = status_every_ms;
-        config.fault_no_down_margin = self.p.broken_margin;
+        let mut config = GossipConfig { term_floor, status_every_ms, ..GossipConfig::default() };
+        if self.p.resolver {
+            config.split_brain = Some(SplitBrainPolicy::KeepMajority);
+            config.stable_after_ms = self.p.stable_after_ms;
+            config.down_margin_ms = self.p.stable_after_ms;
+            config.fault_no_down_margin = self.p.broken_margin;
+        }
         // Every node knows the first two as seeds.
         let seeds: Vec<String> = (0..self.p.nodes.min(2)).map(addr).collect();
         let seed = self.rng.next_u64();
@@ -368,16 +370,25 @@ impl World {
                 let at = now + self.rng.range(1_000, 8_000);
                 self.schedule(at, Ev::Restart { slot });
             }
+            // A long partition runs the whole race and keeps its shape: the resolver, as Akka's,
+            // assumes the sides do not regroup faster than a member can notice (a member that
+            // decides before it has seen a side-mate leave keeps a side it is no longer on).
+            1 if now < self.long_until => {}
             1 => {
                 self.partition += 1;
                 let partition = self.partition;
+                let whole = self.side.iter().all(|s| *s == self.side[0]);
                 for s in 0..n {
                     self.side[s] = self.rng.range(0, 2);
                 }
-                // Short ones heal before anyone decides; long ones (the real test cuts for 25 s)
-                // run the whole race: both sides decide, the surviving one takes over.
-                let until =
-                    now + if self.rng.chance(0.5) { self.rng.range(500, 8_000) } else { self.rng.range(8_000, 30_000) };
+                // Short ones (which may replace each other) heal before anyone decides; long
+                // ones (the real test cuts for 25 s) run the whole race: both sides decide, the
+                // surviving one takes over.
+                let long = whole && self.rng.chance(0.5);
+                let until = now + if long { self.rng.range(8_000, 30_000) } else { self.rng.range(500, 8_000) };
+                if long {
+                    self.long_until = until;
+                }
                 self.log(|| format!("fault: partition {:?} until {until}", self.side));
                 self.calm_at = self.calm_at.max(until);
                 self.schedule(until, Ev::Heal { partition });
