@@ -510,8 +510,11 @@ async fn failover(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
         // Bring it back as a new incarnation and let the cluster settle.
         let idx = name.trim_start_matches('n').parse::<usize>().unwrap_or(1).saturating_sub(1);
         let flags = journal_flags(&dir);
+        // Every node as a seed, as a deployment would give them: the first seed, restarted with
+        // only itself to try, would start a cluster of its own.
+        let seeds = addrs[..nodes.len()].join(",");
         nodes[victim] =
-            NodeProc::spawn(&name, &addrs[idx], &addrs[0], shards, &args.membership.to_string(), &dir, &flags)?;
+            NodeProc::spawn(&name, &addrs[idx], &seeds, shards, &args.membership.to_string(), &dir, &flags)?;
         settle(accounts.entities(), 3, Duration::from_secs(120)).await?;
     }
     let false_downs: Vec<String> = watch.finish().iter().map(ToString::to_string).collect();
