@@ -11,16 +11,7 @@ const TTL: u64 = 3_000;
 const MARGIN: u64 = 600;
 
 fn record(name: &str, inc: u64) -> MemberRecord {
-    MemberRecord {
-        node: NodeId::new(name, inc),
-        addr: format!("127.0.0.1:{}", 7000 + inc),
-        status: MemberStatus::Up,
-        app_version: "1".into(),
-        roles: Vec::new(),
-        weight: 1,
-        slot: None,
-        downed: Vec::new(),
-    }
+    MemberRecord::up(NodeId::new(name, inc), format!("127.0.0.1:{}", 7000 + inc), "1")
 }
 
 fn engine(now: u64) -> LeaseEngine {

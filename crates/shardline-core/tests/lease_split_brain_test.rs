@@ -10,7 +10,7 @@ use shardline_core::lease::{
     LeaseCommand, LeaseConfig, LeaseEngine, LeaseEvent, LeaseKeys, MemberRecord, PeerChecks, SplitBrainRecord, StoreOp,
     StoreValue,
 };
-use shardline_core::{MemberStatus, NodeId};
+use shardline_core::NodeId;
 use store::{Store, Stored};
 
 const TTL: u64 = 3_000;
@@ -22,16 +22,7 @@ fn id(name: &str) -> NodeId {
 }
 
 fn record(name: &str) -> MemberRecord {
-    MemberRecord {
-        node: id(name),
-        addr: format!("127.0.0.1:{}", 7000 + name.len()),
-        status: MemberStatus::Up,
-        app_version: "1".into(),
-        roles: Vec::new(),
-        weight: 1,
-        slot: None,
-        downed: Vec::new(),
-    }
+    MemberRecord::up(id(name), format!("127.0.0.1:{}", 7000 + name.len()), "1")
 }
 
 /// Another member's key, alive for as long as the test runs.

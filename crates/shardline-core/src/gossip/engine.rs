@@ -672,7 +672,7 @@ fn term_tag(seed: u64) -> u32 {
 /// `stable_after`, as Akka's `down-all-when-unstable`. (Counting a probe period per member
 /// instead, before members fell silent, made the margin outlast a 25 s cut.)
 fn unstable_ms(config: &GossipConfig) -> u64 {
-    2 * config.status_every_ms + config.probe_period_ms + config.stable_after_ms / 4 * 3
+    stale_after_ms(config) + config.stable_after_ms / 4 * 3
 }
 
 /// Whether a member is connected to this node's side: SWIM holds it alive, or (with the resolver)
@@ -686,13 +686,7 @@ fn connected(
     now: u64,
     m: &foca::Member<GossipId>,
 ) -> bool {
-    let stale_after = 2 * config.status_every_ms + config.probe_period_ms;
-    let fresh = m
-        .id()
-        .node
-        .as_ref()
-        .and_then(|n| status_seen.get(n))
-        .is_some_and(|(_, at)| now.saturating_sub(*at) < stale_after);
+    let fresh = status_fresh(status_seen, config, now, m) == Some(true);
     m.state() == foca::State::Alive || (config.split_brain.is_some() && m.state() == foca::State::Suspect && fresh)
 }
 
@@ -708,11 +702,22 @@ fn silent(
     now: u64,
     m: &foca::Member<GossipId>,
 ) -> bool {
-    let stale_after = 2 * config.status_every_ms + config.probe_period_ms;
-    m.state() == foca::State::Alive
-        && m.id()
-            .node
-            .as_ref()
-            .and_then(|n| status_seen.get(n))
-            .is_some_and(|(_, at)| now.saturating_sub(*at) >= stale_after)
+    m.state() == foca::State::Alive && status_fresh(status_seen, config, now, m) == Some(false)
+}
+
+/// Whether `m`'s status advanced within two status periods and a probe period (None: none
+/// arrived yet).
+fn status_fresh(
+    status_seen: &BTreeMap<NodeId, (u64, u64)>,
+    config: &GossipConfig,
+    now: u64,
+    m: &foca::Member<GossipId>,
+) -> Option<bool> {
+    let (_, at) = status_seen.get(m.id().node.as_ref()?)?;
+    Some(now.saturating_sub(*at) < stale_after_ms(config))
+}
+
+/// How long a member's status may stand still before it counts as stale.
+fn stale_after_ms(config: &GossipConfig) -> u64 {
+    2 * config.status_every_ms + config.probe_period_ms
 }

@@ -175,10 +175,7 @@ pub(super) struct InFlight {
 /// use shardline_core::lease::{LeaseCommand, LeaseConfig, LeaseEngine, LeaseKeys, MemberRecord, StoreAnswer, StoreOp};
 /// use shardline_core::{MemberStatus, NodeId};
 ///
-/// let me = MemberRecord {
-///     node: NodeId::new("n1", 1), addr: "127.0.0.1:7001".into(), status: MemberStatus::Up,
-///     app_version: "1".into(), roles: vec![], weight: 1, slot: None, downed: vec![],
-/// };
+/// let me = MemberRecord::up(NodeId::new("n1", 1), "127.0.0.1:7001", "1");
 /// let mut engine = LeaseEngine::new(LeaseConfig::default(), LeaseKeys::new("demo", "n1"), me, 0).unwrap();
 /// // First the member key is created.
 /// let create = engine.drain_commands().find_map(|c| match c {

@@ -34,6 +34,30 @@ pub struct MemberRecord {
     pub downed: Vec<NodeId>,
 }
 
+impl MemberRecord {
+    /// The record of a member that is `Up`, with no roles, weight 1, no slot and nobody downed.
+    ///
+    /// ```
+    /// use shardline_core::lease::MemberRecord;
+    /// use shardline_core::NodeId;
+    ///
+    /// let me = MemberRecord { weight: 2, ..MemberRecord::up(NodeId::new("n1", 1), "127.0.0.1:7001", "1") };
+    /// assert!(me.downed.is_empty() && me.slot.is_none());
+    /// ```
+    pub fn up(node: NodeId, addr: impl Into<String>, app_version: impl Into<String>) -> Self {
+        MemberRecord {
+            node,
+            addr: addr.into(),
+            status: MemberStatus::Up,
+            app_version: app_version.into(),
+            roles: Vec::new(),
+            weight: 1,
+            slot: None,
+            downed: Vec::new(),
+        }
+    }
+}
+
 /// The leader key: who leads, and in which term.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaderRecord {

@@ -218,16 +218,7 @@ impl World {
     fn fresh(&mut self, slot: usize) -> SimNode {
         self.next_inc += 1;
         let id = NodeId::new(format!("n{slot}"), self.next_inc);
-        let me = MemberRecord {
-            node: id.clone(),
-            addr: format!("10.0.0.{slot}:7000"),
-            status: MemberStatus::Up,
-            app_version: "1".into(),
-            roles: Vec::new(),
-            weight: 1,
-            slot: None,
-            downed: Vec::new(),
-        };
+        let me = MemberRecord::up(id.clone(), format!("10.0.0.{slot}:7000"), "1");
         let keys = LeaseKeys::new("sim", &format!("n{slot}"));
         let engine = match LeaseEngine::new(self.config(), keys, me, self.now) {
             Ok(e) => e,

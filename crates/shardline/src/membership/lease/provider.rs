@@ -15,7 +15,7 @@ use shardline_core::lease::{
     LeaderRecord, LeaseCommand, LeaseEngine, LeaseEvent, LeaseKeys, LeaseView, MemberRecord, PeerChecks,
     SplitBrainRecord, StoreAnswer, StoreOp, StoreValue, StoredEntry, ValueKind,
 };
-use shardline_core::{MemberStatus, NodeId};
+use shardline_core::NodeId;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
@@ -190,14 +190,9 @@ impl MembershipProvider for Leases {
             config.split_brain = self.config.split_brain.clone();
             config.validate().map_err(|e| ConfigError::Invalid { name: "ttl", reason: e.to_string() })?;
             let me = MemberRecord {
-                node: ctx.me.clone(),
-                addr: ctx.addr.to_string(),
-                status: MemberStatus::Up,
-                app_version: ctx.app_version.clone(),
                 roles: ctx.roles.clone(),
                 weight: ctx.weight,
-                slot: None,
-                downed: Vec::new(),
+                ..MemberRecord::up(ctx.me.clone(), ctx.addr.to_string(), ctx.app_version.clone())
             };
             let keys = LeaseKeys::new(&self.cluster, &ctx.me.name);
             // The store must answer at start: a backend that is down is a clear error.
