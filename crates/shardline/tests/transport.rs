@@ -17,9 +17,15 @@ use tokio::net::TcpStream;
 async fn hello(addr: std::net::SocketAddr, protocol: u32, cluster: &str) -> Frame {
     let mut s = TcpStream::connect(addr).await.unwrap();
     let mut buf = Vec::new();
-    Frame::Hello { protocol, cluster: cluster.into(), from: NodeId::new("probe", 1), to: None }
-        .encode_into(&mut buf)
-        .unwrap();
+    Frame::Hello {
+        protocol,
+        cluster: cluster.into(),
+        from: NodeId::new("probe", 1),
+        listen: "127.0.0.1:9".parse().unwrap(),
+        to: None,
+    }
+    .encode_into(&mut buf)
+    .unwrap();
     s.write_all(&buf).await.unwrap();
     let mut len = [0u8; 4];
     s.read_exact(&mut len).await.unwrap();
@@ -58,9 +64,15 @@ async fn oversized_and_garbage_frames_close_only_that_connection() {
     // Garbage after a valid handshake.
     let mut s = TcpStream::connect(addr).await.unwrap();
     let mut buf = Vec::new();
-    Frame::Hello { protocol: PROTOCOL_VERSION, cluster: "test".into(), from: NodeId::new("probe", 2), to: None }
-        .encode_into(&mut buf)
-        .unwrap();
+    Frame::Hello {
+        protocol: PROTOCOL_VERSION,
+        cluster: "test".into(),
+        from: NodeId::new("probe", 2),
+        listen: "127.0.0.1:9".parse().unwrap(),
+        to: None,
+    }
+    .encode_into(&mut buf)
+    .unwrap();
     s.write_all(&buf).await.unwrap();
     let mut len = [0u8; 4];
     s.read_exact(&mut len).await.unwrap();
@@ -199,4 +211,44 @@ async fn a_full_send_queue_loses_no_told_message() {
     for id in &ids {
         assert_eq!(ha.entity_ref(id).ask(Cmd::Get).await.unwrap(), want, "{id}");
     }
+}
+
+/// What a bare transport reads, for the tests that drive one directly.
+struct Collect(tokio::sync::mpsc::UnboundedSender<(NodeId, String)>);
+
+impl shardline::transport::Inbound<String> for Collect {
+    fn on_frame(&self, from: &NodeId, msg: String) {
+        let _ = self.0.send((from.clone(), msg));
+    }
+    fn on_link_down(&self, _peer: &NodeId) {}
+    fn on_undeliverable(&self, _peer: &NodeId, _msg: String) {}
+    fn on_unsendable(&self, _peer: &NodeId, _msg: String, _error: shardline::TransportError) {}
+}
+
+/// A peer that dials this node is answered at once, before membership has said where it
+/// listens: the handshake tells. (An ask from a node that had only just joined used to lose its
+/// reply, and its asker waited for the timeout.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_dialed_is_answered_before_membership_names_it() {
+    use shardline::transport::{Transport, TransportConfig};
+    use std::sync::Arc;
+    let (la, lb) = (
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    );
+    let (ida, idb) = (NodeId::new("a", 1), NodeId::new("b", 2));
+    let a = Transport::<String>::new(ida.clone(), &la, TransportConfig::new("test")).unwrap();
+    let b = Transport::<String>::new(idb.clone(), &lb, TransportConfig::new("test")).unwrap();
+    let (txa, mut rxa) = tokio::sync::mpsc::unbounded_channel();
+    let (txb, mut rxb) = tokio::sync::mpsc::unbounded_channel();
+    a.start(la, Arc::new(Collect(txa)));
+    b.start(lb, Arc::new(Collect(txb)));
+    b.set_address(&ida, a.local_addr());
+    assert!(!a.knows(&idb), "nobody told a where b listens");
+    b.send(&ida, "ask".into()).unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), rxa.recv()).await.unwrap();
+    assert_eq!(got, Some((idb.clone(), "ask".to_string())));
+    a.send(&idb, "answer".into()).expect("a route to the peer that dialed");
+    let got = tokio::time::timeout(Duration::from_secs(5), rxb.recv()).await.unwrap();
+    assert_eq!(got, Some((ida, "answer".to_string())));
 }

@@ -12,7 +12,7 @@ use crate::error::Error;
 use crate::error::TransportError;
 use crate::membership::ClusterView;
 use crate::membership::{BoxFuture, PeerLink};
-use crate::sharding::message::{NodeTransport, PeerMessage};
+use crate::sharding::message::{send_reply, NodeTransport, PeerMessage};
 use crate::transport::Inbound;
 
 use super::{Cluster, NodeInner};
@@ -55,9 +55,7 @@ impl Inbound<PeerMessage> for Dispatcher {
                                 "entity type {type_key} is not registered on {}",
                                 cluster.inner.node.id()
                             ));
-                            let _ = cluster
-                                .transport()
-                                .send(&addr.node, PeerMessage::Reply { req_id: addr.req_id, result: Err(err) });
+                            send_reply(cluster.transport(), &addr.node, addr.req_id, Err(err));
                         }
                     }
                 }
@@ -82,9 +80,7 @@ impl Inbound<PeerMessage> for Dispatcher {
             | PeerMessage::Region { msg: shardline_core::RegionMessage::Bounce { msg, .. }, .. } => {
                 if let Some(addr) = msg.reply {
                     let err = Error::Rejected(format!("message to {} cannot be sent: {error}", msg.entity));
-                    let _ = cluster
-                        .transport()
-                        .send(&addr.node, PeerMessage::Reply { req_id: addr.req_id, result: Err(err) });
+                    send_reply(cluster.transport(), &addr.node, addr.req_id, Err(err));
                 } else {
                     warn!(peer = %peer, entity = %msg.entity, %error, "a told message cannot be sent: dropped");
                 }
@@ -92,7 +88,7 @@ impl Inbound<PeerMessage> for Dispatcher {
             // The entity ran: its asker learns that the reply, not the message, was lost.
             PeerMessage::Reply { req_id, result: Ok(_) } => {
                 let err = Error::ReplyLost(format!("the reply cannot be sent: {error}"));
-                let _ = cluster.transport().send(peer, PeerMessage::Reply { req_id, result: Err(err) });
+                send_reply(cluster.transport(), peer, req_id, Err(err));
             }
             // Protocol frames are repeated on timers; the writer logged and counted this one.
             _ => {}

@@ -16,7 +16,7 @@ use super::entity::{Entity, EntityContext};
 use super::settings::Persistence;
 use crate::error::Error;
 use crate::sharding::envelope::{Body, Envelope, ReplyAddr, ReplySender};
-use crate::sharding::message::PeerMessage;
+use crate::sharding::message::send_reply;
 use crate::sharding::node::Node;
 
 /// How long an entity task stays after its last message before its state goes back to the map.
@@ -315,7 +315,7 @@ pub(crate) fn fail<E: Entity>(node: &Node, env: Envelope<E>, err: Error) {
             let _ = tx.send(Err(err));
         }
         Body::Wire { reply: Some(addr), .. } => {
-            let _ = node.transport().send(&addr.node, PeerMessage::Reply { req_id: addr.req_id, result: Err(err) });
+            send_reply(node.transport(), &addr.node, addr.req_id, Err(err));
         }
         _ => {}
     }
@@ -336,7 +336,7 @@ impl<E: Entity> InFlight<E> {
                 let _ = tx.send(Err(err));
             }
             InFlight::Remote(addr) => {
-                let _ = node.transport().send(&addr.node, PeerMessage::Reply { req_id: addr.req_id, result: Err(err) });
+                send_reply(node.transport(), &addr.node, addr.req_id, Err(err));
             }
         }
     }
@@ -373,7 +373,7 @@ async fn process<E: Entity>(
                 Err(e) => Err(Error::Rejected(format!("cannot decode message for {}: {e}", ctx.id))),
             };
             if let Some(InFlight::Remote(addr)) = in_flight.take() {
-                let _ = node.transport().send(&addr.node, PeerMessage::Reply { req_id: addr.req_id, result });
+                send_reply(node.transport(), &addr.node, addr.req_id, result);
             }
         }
         Body::Retire | Body::Wake => {}

@@ -2,10 +2,11 @@
 //! answers to remote asks, and the membership provider's data (opaque bytes here).
 
 use serde::{Deserialize, Serialize};
-use shardline_core::{RegionMessage, ToCoordinator, ToRegion, TypeKey};
+use shardline_core::{NodeId, RegionMessage, ToCoordinator, ToRegion, TypeKey};
+use tracing::{debug, warn};
 
 use super::envelope::WireEnvelope;
-use crate::transport::Transport;
+use crate::transport::{SendError, Transport};
 
 /// Everything nodes say to each other once connected.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -44,3 +45,20 @@ pub(crate) enum PeerMessage {
 
 /// The node's transport, carrying [`PeerMessage`]s.
 pub(crate) type NodeTransport = Transport<PeerMessage>;
+
+/// Sends the answer to a remote ask. One that cannot be queued is logged and counted, never
+/// dropped unseen: with no route the asker is gone (its node left or died; nobody waits), with
+/// a full queue the asker's deadline answers it `Timeout`, which says it may have been processed.
+pub(crate) fn send_reply(transport: &NodeTransport, to: &NodeId, req_id: u64, result: Result<Vec<u8>, crate::Error>) {
+    match transport.send(to, PeerMessage::Reply { req_id, result }) {
+        Ok(()) => {}
+        Err(SendError::NoRoute(_)) => {
+            metrics::counter!("shardline_replies_unsent_total", "reason" => "no_route").increment(1);
+            debug!(asker = %to, "reply not sent: the asker's node is gone");
+        }
+        Err(SendError::Full(_)) => {
+            metrics::counter!("shardline_replies_unsent_total", "reason" => "queue_full").increment(1);
+            warn!(asker = %to, "reply not sent: the queue to the asker's node is full");
+        }
+    }
+}

@@ -87,6 +87,8 @@ pub trait Inbound<M>: Send + Sync + 'static {
 
 pub(crate) struct Shared<M> {
     pub me: NodeId,
+    /// Where this node listens (told to the peers it dials).
+    pub listen: SocketAddr,
     pub config: TransportConfig,
     pub handler: OnceLock<Arc<dyn Inbound<M>>>,
 }
@@ -120,7 +122,7 @@ impl<M: Payload> Transport<M> {
     pub fn new(me: NodeId, listener: &TcpListener, config: TransportConfig) -> Result<Transport<M>, std::io::Error> {
         let local_addr = listener.local_addr()?;
         let (loopback, rx) = tokio::sync::mpsc::channel(config.send_queue.max(1));
-        let shared = Arc::new(Shared { me, config, handler: OnceLock::new() });
+        let shared = Arc::new(Shared { me, listen: local_addr, config, handler: OnceLock::new() });
         Ok(Transport {
             shared,
             peers: Arc::default(),
@@ -152,15 +154,15 @@ impl<M: Payload> Transport<M> {
     /// Starts accepting connections; frames go to `handler`.
     pub fn start(&self, listener: TcpListener, handler: Arc<dyn Inbound<M>>) {
         let _ = self.shared.handler.set(handler);
-        let shared = self.shared.clone();
+        let transport = self.clone();
         let tasks = self.tasks.clone();
         let accept = tokio::spawn(async move {
             loop {
                 match listener.accept().await {
                     Ok((stream, remote)) => {
-                        let shared = shared.clone();
+                        let transport = transport.clone();
                         let t = tokio::spawn(async move {
-                            if let Err(e) = serve(stream, &shared).await {
+                            if let Err(e) = serve(stream, &transport).await {
                                 debug!(%remote, error = %e, "inbound connection closed");
                             }
                         });
@@ -281,6 +283,7 @@ pub(crate) async fn dial<M: Payload>(
         protocol: PROTOCOL_VERSION,
         cluster: shared.config.cluster.clone(),
         from: shared.me.clone(),
+        listen: shared.listen,
         to: expect.cloned(),
     };
     let mut buf = Vec::new();
@@ -317,14 +320,15 @@ pub(crate) async fn read_frame<M: Payload, R: AsyncReadExt + Unpin>(
 }
 
 /// Serves one inbound connection: handshake as the acceptor, then read frames until it closes.
-async fn serve<M: Payload>(mut stream: TcpStream, shared: &Shared<M>) -> Result<(), TransportError> {
+async fn serve<M: Payload>(mut stream: TcpStream, transport: &Transport<M>) -> Result<(), TransportError> {
+    let shared = &*transport.shared;
     stream.set_nodelay(true)?;
     let hello =
         tokio::time::timeout(shared.config.connect_timeout, read_frame::<M, _>(&mut stream, shared.config.max_frame))
             .await
             .map_err(|_| TransportError::HandshakeTimeout)??;
-    let (from, by_address, refusal) = match hello {
-        Wire::Hello { protocol, cluster, from, to } => {
+    let (from, listen, by_address, refusal) = match hello {
+        Wire::Hello { protocol, cluster, from, listen, to } => {
             let by_address = to.is_none();
             let refusal = if protocol != PROTOCOL_VERSION {
                 Some(TransportError::ProtocolMismatch { ours: PROTOCOL_VERSION, theirs: protocol })
@@ -338,10 +342,11 @@ async fn serve<M: Payload>(mut stream: TcpStream, shared: &Shared<M>) -> Result<
             } else {
                 None
             };
-            (from, by_address, refusal)
+            (from, listen, by_address, refusal)
         }
         other => {
-            (shared.me.clone(), true, Some(TransportError::Decode(format!("expected Hello, got {}", other.kind()))))
+            let e = TransportError::Decode(format!("expected Hello, got {}", other.kind()));
+            (shared.me.clone(), transport.local_addr, true, Some(e))
         }
     };
     let mut buf = Vec::new();
@@ -359,6 +364,10 @@ async fn serve<M: Payload>(mut stream: TcpStream, shared: &Shared<M>) -> Result<
     // connection and leaves it as it was.
     if !by_address {
         handler.on_link_down(&from);
+        // A peer that dials this node as a member may ask before membership has told this node
+        // where it listens (it just joined): without a writer the answers would have nowhere to
+        // go. An address membership gave already is kept.
+        transport.set_address(&from, listen);
     }
     let mut reader = tokio::io::BufReader::with_capacity(64 * 1024, stream);
     loop {

@@ -8,7 +8,7 @@ use shardline_core::NodeId;
 use crate::error::TransportError;
 
 /// Version of the wire protocol; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Default largest frame (8 MiB).
 pub const DEFAULT_MAX_FRAME: usize = 8 * 1024 * 1024;
@@ -29,6 +29,9 @@ pub enum Wire<M> {
         cluster: String,
         /// The dialer.
         from: NodeId,
+        /// Where the dialer listens: the acceptor answers asks on a connection of its own to
+        /// it, and may get an ask before membership has told it where the asker is.
+        listen: std::net::SocketAddr,
         /// The node the dialer wants (None when dialing an address, e.g. a seed).
         to: Option<NodeId>,
     },
