@@ -88,11 +88,9 @@ pub fn resolve_split_brain(
     stable_after_ms: u64,
 ) -> Result<(LeaseConfig, GossipConfig), String> {
     let policy = split_brain.and_then(|a| a.0.clone());
-    let gossip = GossipConfig {
-        split_brain: policy.clone().filter(|_| *spec == MembershipSpec::Seeds),
-        stable_after_ms,
-        down_margin_ms: stable_after_ms,
-        ..GossipConfig::default()
+    let gossip = match policy.clone().filter(|_| *spec == MembershipSpec::Seeds) {
+        Some(policy) => GossipConfig::with_split_brain(policy, stable_after_ms),
+        None => GossipConfig { stable_after_ms, down_margin_ms: stable_after_ms, ..GossipConfig::default() },
     };
     let mut leases = lease_config();
     match (split_brain.map(|a| &a.0), spec) {

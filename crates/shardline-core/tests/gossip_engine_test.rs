@@ -134,6 +134,35 @@ fn a_silent_member_is_suspected_then_down_and_the_next_oldest_leads_with_a_large
     }
 }
 
+/// A member that led a cluster of its own (a first seed restarted while cut off) with a term
+/// above the others' merges with them: it gives up, being younger, and the oldest member takes
+/// a term above it, since regions follow the highest term they have seen. It takes one term, not
+/// a bidding war with the other claimant.
+#[test]
+fn a_leader_outranked_by_a_merged_cluster_takes_a_term_above_it_once() {
+    let mut net = Net::new();
+    net.start("a", 1, &[]);
+    net.start("b", 2, &["a"]);
+    net.isolated.insert("c:7000".into());
+    let high = 1 << 40;
+    net.start_with("c", 3, &["c", "a"], GossipConfig { term_floor: high, ..GossipConfig::default() });
+    net.run(5_000);
+    let (leader, term) = net.view("a").leader.expect("a leads");
+    assert_eq!(leader, NodeId::new("a", 1));
+    assert!(term < high);
+    let (alone, high_term) = net.view("c").leader.expect("c leads alone");
+    assert_eq!(alone, NodeId::new("c", 3));
+    net.isolated.clear();
+    net.run(20_000);
+    for n in ["a", "b", "c"] {
+        let (leader, term) = net.view(n).leader.unwrap_or_else(|| panic!("{n} sees no leader"));
+        assert_eq!(leader, NodeId::new("a", 1), "{n}");
+        assert!(term > high_term, "{n}: the leader's term {term} is above the merged one's {high_term}");
+    }
+    let leads = |n: &str| net.events.iter().filter(|(a, e)| a == n && matches!(e, GossipEvent::Leads { .. })).count();
+    assert_eq!((leads("a:7000"), leads("c:7000")), (2, 1), "{:?}", net.events);
+}
+
 #[test]
 fn a_leave_is_seen_by_the_others() {
     let mut net = Net::new();

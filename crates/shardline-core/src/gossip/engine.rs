@@ -58,12 +58,41 @@ pub struct GossipConfig {
     pub fault_no_down_margin: bool,
 }
 
-impl Default for GossipConfig {
-    fn default() -> Self {
+impl GossipConfig {
+    /// Settings with a split-brain resolver: `policy`, decided after `stable_after_ms` (also the
+    /// down margin), and SWIM at a slower pace (a probe a second, 500 ms for an answer). A
+    /// resolver's decisions wait for the stable window and a margin anyway (tens of seconds), so
+    /// fast probing buys nothing there; and the world found that with the fast pace a member
+    /// that had only partly joined before a partition could keep its tiny side.
+    ///
+    /// ```
+    /// use shardline_core::gossip::GossipConfig;
+    /// use shardline_core::SplitBrainPolicy;
+    ///
+    /// let c = GossipConfig::with_split_brain(SplitBrainPolicy::KeepMajority, 5_000);
+    /// assert_eq!((c.probe_period_ms, c.stable_after_ms, c.down_margin_ms), (1_000, 5_000, 5_000));
+    /// ```
+    pub fn with_split_brain(policy: SplitBrainPolicy, stable_after_ms: u64) -> Self {
         GossipConfig {
             probe_period_ms: 1_000,
             probe_rtt_ms: 500,
             suspect_to_down_ms: 4_000,
+            split_brain: Some(policy),
+            stable_after_ms,
+            down_margin_ms: stable_after_ms,
+            ..GossipConfig::default()
+        }
+    }
+}
+
+impl Default for GossipConfig {
+    fn default() -> Self {
+        GossipConfig {
+            // A crash is repaired in about 3 s: probed within half a second, suspected after the
+            // probe's wait and the indirect probes, down two seconds later unless refuted.
+            probe_period_ms: 500,
+            probe_rtt_ms: 250,
+            suspect_to_down_ms: 2_000,
             remove_down_after_ms: 60_000,
             gossip_every_ms: 200,
             announce_every_ms: 2_000,
@@ -608,7 +637,16 @@ impl GossipEngine {
             self.broadcast_status(now);
         }
         let leads = self.formed && !self.declared_down && self.first_in_line() == Some(self.node.clone());
-        if leads && self.term == 0 {
+        // A leader that hears of a higher term (a member that led apart from it: a first seed
+        // restarted alone, the other side of a healed partition) takes a term above it: regions
+        // follow the highest term they have seen and would refuse its coordinator for good. It
+        // waits, as a member about to lead for the first time does, until no other member it
+        // reaches claims to lead: two members whose views disagree for a moment (a rejoined
+        // node that lacks the others' statuses finds itself first in line) would otherwise
+        // outbid each other's terms until they agree. The one that is not first in line gives up
+        // at once, which ends the claim.
+        let outranked = self.term != 0 && self.max_term > self.term;
+        if leads && (self.term == 0 || outranked) && self.other_claimant().is_none() {
             self.term = term_above(self.max_term.max(self.config.term_floor), self.tag);
             self.max_term = self.term;
             let term = self.term;
@@ -618,6 +656,17 @@ impl GossipEngine {
             self.term = 0;
             self.broadcast_status(now);
         }
+    }
+
+    /// A member other than this one that this node reaches and whose latest status says it
+    /// leads.
+    fn other_claimant(&self) -> Option<NodeId> {
+        let statuses = self.statuses.lock().unwrap_or_else(|e| e.into_inner());
+        self.foca
+            .iter_members()
+            .filter(|m| connected(&self.status_seen, &self.config, self.now, m))
+            .filter_map(|m| m.id().node.clone())
+            .find(|n| *n != self.node && statuses.get(n).is_some_and(|s| s.leader_term != 0))
     }
 
     /// The member that should lead as far as this node can tell: the oldest reachable

@@ -158,13 +158,15 @@ impl World {
         let term_floor = self.terms.keys().next_back().copied().unwrap_or(0);
         // The broken engine never repeats its status.
         let status_every_ms = if self.p.broken_status { u64::MAX / 4 } else { GossipConfig::default().status_every_ms };
-        let mut config = GossipConfig { term_floor, status_every_ms, ..GossipConfig::default() };
-        if self.p.resolver {
-            config.split_brain = Some(SplitBrainPolicy::KeepMajority);
-            config.stable_after_ms = self.p.stable_after_ms;
-            config.down_margin_ms = self.p.stable_after_ms;
-            config.fault_no_down_margin = self.p.broken_margin;
-        }
+        let mut config = if self.p.resolver {
+            let mut c = GossipConfig::with_split_brain(SplitBrainPolicy::KeepMajority, self.p.stable_after_ms);
+            c.fault_no_down_margin = self.p.broken_margin;
+            c
+        } else {
+            GossipConfig::default()
+        };
+        config.term_floor = term_floor;
+        config.status_every_ms = status_every_ms;
         // Every node knows the first two as seeds.
         let seeds: Vec<String> = (0..self.p.nodes.min(2)).map(addr).collect();
         let seed = self.rng.next_u64();
