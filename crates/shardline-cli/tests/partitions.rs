@@ -357,6 +357,14 @@ fn gossip_keep_majority_breaks_a_2_2_tie_by_the_lowest_node() {
     split_under_load(&[0, 0, 1, 1], "keep-majority", &["n3", "n4"]);
 }
 
+/// `StaticQuorum` of 3 on a 2|3 split: only the side with three members may go on. (The first
+/// seed stays on that side: a downed first seed that restarts while still cut off would start a
+/// second cluster; see the design notes.)
+#[test]
+fn gossip_static_quorum_keeps_the_side_with_a_quorum() {
+    split_under_load(&[0, 1, 0, 0, 1], "static-quorum:3", &["n2", "n5"]);
+}
+
 /// Lease membership on etcd: `n3` is cut from its peers and the load driver, but not from etcd.
 /// Its key lives on, so only the keep-alives show the cut: the majority wins the split-brain race
 /// at once, `n3` reads the flag, stops its shards and deletes its key, the others take its shards

@@ -101,7 +101,6 @@ pub struct Transport<M> {
     /// Messages to this node itself: handled by their own task, in order, never re-entrantly.
     loopback: tokio::sync::mpsc::Sender<M>,
     loopback_rx: Arc<Mutex<Option<tokio::sync::mpsc::Receiver<M>>>>,
-    local_addr: SocketAddr,
 }
 
 impl<M> Clone for Transport<M> {
@@ -112,7 +111,6 @@ impl<M> Clone for Transport<M> {
             tasks: self.tasks.clone(),
             loopback: self.loopback.clone(),
             loopback_rx: self.loopback_rx.clone(),
-            local_addr: self.local_addr,
         }
     }
 }
@@ -129,7 +127,6 @@ impl<M: Payload> Transport<M> {
             tasks: Arc::default(),
             loopback,
             loopback_rx: Arc::new(Mutex::new(Some(rx))),
-            local_addr,
         })
     }
 
@@ -143,7 +140,7 @@ impl<M: Payload> Transport<M> {
 
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
+        self.shared.listen
     }
 
     /// This node.
@@ -346,7 +343,7 @@ async fn serve<M: Payload>(mut stream: TcpStream, transport: &Transport<M>) -> R
         }
         other => {
             let e = TransportError::Decode(format!("expected Hello, got {}", other.kind()));
-            (shared.me.clone(), transport.local_addr, true, Some(e))
+            (shared.me.clone(), shared.listen, true, Some(e))
         }
     };
     let mut buf = Vec::new();
