@@ -8,12 +8,11 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use shardline::{Cluster, EntityHandle, EntityRef, EntitySettings, StrategyKind};
 use shardline_cli::membership::MembershipSpec;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::args::BenchArgs;
 use crate::false_downs::FalseDowns;
+use crate::floors::{Multiplexed, PingPong, PAYLOAD};
 use crate::load::{percentiles, probe_ids, shards_per_node, HomeMonitor, Latency};
 use crate::procs::{free_port, journal_flags, work_dir, NodeProc};
 use shardline_cli::{register_accounts, AccountCmd, Accounts, Echo};
@@ -219,8 +218,9 @@ async fn remote_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let refs = started_echoes(&echo, n).await?;
     let (ops, lat) = ask_echoes(&refs, args.concurrency, d).await;
     let (_, single) = ask_echoes(&refs, 1, Duration::from_secs(2)).await;
-    // Baseline: a bare TCP echo server in another process, one connection per caller,
-    // request/reply of the same payload size as an ask of a u64.
+    // Floors: a bare TCP echo server in another process, its callers multiplexed over one
+    // connection (the strongest floor: what the runtime does, bare), and one connection per
+    // caller in ping-pong (a second figure); a single caller in ping-pong for one ask's latency.
     let port = free_port()?;
     let exe = std::env::current_exe()?;
     let mut server = std::process::Command::new(exe)
@@ -228,39 +228,31 @@ async fn remote_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
         .stdout(std::process::Stdio::null())
         .spawn()?;
     let addr = format!("127.0.0.1:{port}");
-    let mut conns = Vec::new();
-    for _ in 0..args.concurrency {
-        let mut tries = 0;
-        let s = loop {
-            match TcpStream::connect(&addr).await {
-                Ok(s) => break s,
-                Err(e) if tries < 50 => {
-                    tries += 1;
-                    let _ = e;
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        };
-        s.set_nodelay(true)?;
-        conns.push(Arc::new(tokio::sync::Mutex::new(s)));
+    let floors = async {
+        let mux = Arc::new(Multiplexed::connect(&addr).await?);
+        let (mux_ops, mux_lat) = drive(args.concurrency, d, move |_, _| {
+            let mux = mux.clone();
+            async move { mux.call().await }
+        })
+        .await;
+        let pp = Arc::new(PingPong::connect(&addr, args.concurrency).await?);
+        let p2 = pp.clone();
+        let (pp_ops, pp_lat) = drive(args.concurrency, d, move |w, _| {
+            let pp = p2.clone();
+            async move { pp.call(w).await }
+        })
+        .await;
+        let (_, single) = drive(1, Duration::from_secs(2), move |w, _| {
+            let pp = pp.clone();
+            async move { pp.call(w).await }
+        })
+        .await;
+        Ok::<_, BoxError>((mux_ops, mux_lat, pp_ops, pp_lat, single))
     }
-    let payload = 48usize;
-    let conns = Arc::new(conns);
-    let c2 = conns.clone();
-    let (base_ops, base_lat) = drive(args.concurrency, d, move |w, _| {
-        let c = c2[w as usize].clone();
-        async move { echo_once(&c, payload).await }
-    })
-    .await;
-    let c3 = conns.clone();
-    let (_, base_single) = drive(1, Duration::from_secs(2), move |w, _| {
-        let c = c3[w as usize].clone();
-        async move { echo_once(&c, payload).await }
-    })
     .await;
     let _ = server.kill();
     let _ = server.wait();
+    let (base_ops, base_lat, pp_ops, pp_lat, base_single) = floors?;
     Ok(json!({
         "scenario": "remote-ask",
         "concurrency": args.concurrency,
@@ -268,60 +260,23 @@ async fn remote_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
         "ops_per_s": ops,
         "latency_us": lat,
         "single_ask_p50_us": single.p50,
-        "baseline": "bare loopback TCP request/reply, one connection per caller, 48-byte payload",
+        "single_ask_latency_us": single,
+        "baseline": format!(
+            "bare loopback TCP echo, {} callers multiplexed by request id over one connection, batched writes, \
+             {PAYLOAD}-byte payload",
+            args.concurrency
+        ),
         "baseline_ops_per_s": base_ops,
         "baseline_latency_us": base_lat,
-        "baseline_single_p50_us": base_single.p50,
         "ratio": ops / base_ops.max(1.0),
+        "p99_ratio": lat.p99 / base_lat.p99.max(1.0),
+        "pingpong_baseline": "bare loopback TCP echo, one connection per caller in ping-pong",
+        "pingpong_ops_per_s": pp_ops,
+        "pingpong_latency_us": pp_lat,
+        "pingpong_ratio": ops / pp_ops.max(1.0),
+        "baseline_single_p50_us": base_single.p50,
         "single_ratio": single.p50 / base_single.p50.max(1.0),
     }))
-}
-
-async fn echo_once(c: &tokio::sync::Mutex<TcpStream>, payload: usize) -> bool {
-    let mut s = c.lock().await;
-    let mut buf = vec![7u8; payload + 4];
-    buf[..4].copy_from_slice(&(payload as u32).to_be_bytes());
-    if s.write_all(&buf).await.is_err() {
-        return false;
-    }
-    s.read_exact(&mut buf).await.is_ok()
-}
-
-/// The baseline's server: echoes length-prefixed frames.
-pub async fn echo_server(bind: &str) -> i32 {
-    let l = match TcpListener::bind(bind).await {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("cannot bind {bind}: {e}");
-            return 1;
-        }
-    };
-    loop {
-        let Ok((mut s, _)) = l.accept().await else { continue };
-        let _ = s.set_nodelay(true);
-        tokio::spawn(async move {
-            let mut len = [0u8; 4];
-            loop {
-                if s.read_exact(&mut len).await.is_err() {
-                    return;
-                }
-                let n = u32::from_be_bytes(len) as usize;
-                if n > 1 << 20 {
-                    return;
-                }
-                let mut body = vec![0u8; n];
-                if s.read_exact(&mut body).await.is_err() {
-                    return;
-                }
-                let mut out = Vec::with_capacity(n + 4);
-                out.extend_from_slice(&len);
-                out.extend_from_slice(&body);
-                if s.write_all(&out).await.is_err() {
-                    return;
-                }
-            }
-        });
-    }
 }
 
 fn rss_bytes() -> u64 {

@@ -5,6 +5,7 @@ mod bench;
 mod demo;
 mod external_load;
 mod false_downs;
+mod floors;
 mod journal_bench;
 mod load;
 mod node;
@@ -45,7 +46,7 @@ fn main() {
                 init_logs("warn");
                 bench::run(a).await
             }
-            args::Command::EchoServer { bind } => bench::echo_server(&bind).await,
+            args::Command::EchoServer { bind } => floors::echo_server(&bind).await,
         }
     });
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
