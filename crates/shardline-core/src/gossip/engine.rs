@@ -8,15 +8,20 @@ use std::time::Duration;
 use foca::{AccumulatingRuntime, Foca, Member, OwnedNotification, PostcardCodec, Timer};
 
 use super::identity::GossipId;
-use super::resolver::{Resolution, Resolver};
+use super::resolver::Resolver;
 use super::rng::SeededRng;
 use super::status::{StatusBroadcasts, StatusItem, Statuses};
 use crate::id::NodeId;
-use crate::membership::{Member as ViewMember, MemberStatus, MembershipView, PROXY_ROLE};
+use crate::membership::{MemberStatus, MembershipView};
 use crate::shard_map::Term;
-use crate::split_brain::{SplitBrainDecision, SplitBrainPolicy};
+use crate::split_brain::SplitBrainPolicy;
 
+mod leader;
+mod resolve;
 mod view;
+
+pub use leader::term_above;
+use leader::term_tag;
 
 /// Settings of gossip membership (milliseconds).
 #[derive(Clone, Debug)]
@@ -510,218 +515,11 @@ impl GossipEngine {
         }
     }
 
-    /// Feeds the resolver the members this node reaches and those it suspects, and carries out
-    /// its decision: down the unreachable (through foca, which spreads it), or down this node.
-    fn resolve(&mut self, now: u64) {
-        if self.declared_down || self.status == MemberStatus::Removed {
-            return;
-        }
-        let Some(resolver) = self.resolver.as_mut() else { return };
-        let member = |id: &GossipId| {
-            id.node.as_ref().map(|n| {
-                let mut m = ViewMember::new(n.clone(), n.incarnation).with_status(MemberStatus::Up);
-                for r in &id.roles {
-                    m = m.with_role(r.clone());
-                }
-                m
-            })
-        };
-        let mut reachable: Vec<ViewMember> = member(&self.me).into_iter().collect();
-        let mut unreachable = Vec::new();
-        let mut suspects = Vec::new();
-        // Probing finds unreachable members one per period; a node cut off from everyone would
-        // take a period per member to find out, long after the others decided about it. Hearing
-        // nothing at all for two periods says the same at once.
-        let cut_off = now.saturating_sub(self.heard_at) >= 2 * self.config.probe_period_ms;
-        for m in self.foca.iter_members() {
-            if let Some(node) = &m.id().node {
-                self.first_seen.entry(node.clone()).or_insert(now);
-            }
-            let connected =
-                connected(&self.status_seen, &self.config, now, m) && !silent(&self.status_seen, &self.config, now, m);
-            match m.state() {
-                foca::State::Alive | foca::State::Suspect if !cut_off && connected => reachable.extend(member(m.id())),
-                foca::State::Alive | foca::State::Suspect => {
-                    unreachable.extend(member(m.id()));
-                    suspects.push(m.id().clone());
-                }
-                foca::State::Down => {}
-            }
-        }
-        // Every member is probed within one period per member: a shorter window could decide
-        // before this node has even tried to reach some of the other side.
-        let members = self.foca.num_members() as u64 + 1;
-        let window = self.config.stable_after_ms.max(members * self.config.probe_period_ms + self.config.probe_rtt_ms);
-        // A member that joined (or restarted) just before or during a partition may be known on
-        // one side only: counted there as reachable, it could make both sides a majority (the
-        // world found two sides that each kept themselves that way). Only members known for a
-        // window before anyone became unreachable count on this node's side; unreachable ones
-        // always count against it. That can only make a side lose, never both win.
-        let since = resolver.first_unreachable().unwrap_or(now);
-        let recent: BTreeSet<NodeId> = reachable
-            .iter()
-            .filter(|m| self.first_seen.get(&m.node).is_none_or(|at| at.saturating_add(window) > since))
-            .map(|m| m.node.clone())
-            .collect();
-        let before = resolver.unreachable().cloned();
-        let unstable = unstable_ms(&self.config);
-        let resolution = resolver.observe(now, window, unstable, &reachable, &unreachable, &recent);
-        let after = resolver.unreachable().cloned();
-        if before != after && after.is_some() {
-            self.log(GossipEvent::Unreachable { nodes: after.unwrap_or_default() });
-        } else if before.is_some() && after.is_none() && resolution.is_none() {
-            self.log(GossipEvent::Unreachable { nodes: BTreeSet::new() });
-        }
-        match resolution {
-            None => {}
-            Some(Resolution::Unstable { unstable_ms }) => {
-                self.declared_down = true;
-                self.log(GossipEvent::DownedWhenUnstable { unstable_ms });
-                self.log(GossipEvent::DeclaredDown);
-            }
-            Some(Resolution::Decided(SplitBrainDecision::DownUnreachable)) => {
-                let nodes: BTreeSet<NodeId> = suspects.iter().filter_map(|id| id.node.clone()).collect();
-                self.log(GossipEvent::DownedUnreachable { nodes });
-                let downs = suspects.into_iter().map(Member::down).collect::<Vec<_>>();
-                if let Err(error) = self.foca.apply_many(downs.into_iter(), true, &mut self.runtime) {
-                    self.log(GossipEvent::BadData { error: error.to_string() });
-                }
-            }
-            // Gossip alone has no lease to acquire (refused at start): treated as losing.
-            Some(Resolution::Decided(SplitBrainDecision::DownReachable | SplitBrainDecision::AcquireLease { .. })) => {
-                self.declared_down = true;
-                self.log(GossipEvent::DeclaredDown);
-            }
-        }
-    }
-
-    /// How long a downed member still counts as possibly running. The two sides of a partition
-    /// do not decide at the same moment: each finds the other side unreachable by probing one
-    /// member per period, so a side may take up to a period per member longer to see a stable
-    /// set than the other; and a side whose set never settles downs itself only once it has
-    /// been unstable for the window and a bound more (the time the whole other side takes to
-    /// fall silent, and three quarters of `stable_after`). The margin covers both, on top of the
-    /// configured one.
-    pub fn down_margin_ms(&self) -> u64 {
-        #[cfg(feature = "fault-injection")]
-        if self.config.fault_no_down_margin {
-            return 0;
-        }
-        let members = self.foca.num_members() as u64 + self.down.len() as u64;
-        self.config.down_margin_ms + members * self.config.probe_period_ms + unstable_ms(&self.config)
-    }
-
     /// Whether `node` said it was done before it went (a graceful leave, not a failure).
     fn has_left(&self, node: &NodeId) -> bool {
         let statuses = self.statuses.lock().unwrap_or_else(|e| e.into_inner());
         statuses.get(node).is_some_and(|s| s.status == MemberStatus::Removed)
     }
-
-    /// Takes (or gives up) leadership: the oldest reachable member whose status is `Up` (or not
-    /// known yet: it may be an older leader) leads, with a term above every term this node has
-    /// heard of. A node leads only in a formed cluster: the first seed forms one when its grace
-    /// is over, and a member is part of one once it hears of a leader's term or of a member that
-    /// is.
-    fn lead(&mut self, now: u64) {
-        let (heard, formed) = {
-            let statuses = self.statuses.lock().unwrap_or_else(|e| e.into_inner());
-            let heard = statuses.values().map(|s| s.max_term.max(s.leader_term)).max().unwrap_or(0);
-            (heard, statuses.values().any(|s| s.formed))
-        };
-        self.max_term = self.max_term.max(heard);
-        // A cluster where nobody may lead (every member restarted, and the first seed is not the
-        // oldest) must still get a leader: the first seed forms it, and says so.
-        let formed = heard > 0 || formed || self.bootstrap_at.is_some_and(|t| now >= t);
-        if formed && !self.formed {
-            self.formed = true;
-            self.broadcast_status(now);
-        }
-        let leads = self.formed && !self.declared_down && self.first_in_line() == Some(self.node.clone());
-        // A leader that hears of a higher term (a member that led apart from it: a first seed
-        // restarted alone, the other side of a healed partition) takes a term above it: regions
-        // follow the highest term they have seen and would refuse its coordinator for good. It
-        // waits, as a member about to lead for the first time does, until no other member it
-        // reaches claims to lead: two members whose views disagree for a moment (a rejoined
-        // node that lacks the others' statuses finds itself first in line) would otherwise
-        // outbid each other's terms until they agree. The one that is not first in line gives up
-        // at once, which ends the claim.
-        let outranked = self.term != 0 && self.max_term > self.term;
-        if leads && (self.term == 0 || outranked) && self.other_claimant().is_none() {
-            self.term = term_above(self.max_term.max(self.config.term_floor), self.tag);
-            self.max_term = self.term;
-            let term = self.term;
-            self.log(GossipEvent::Leads { term });
-            self.broadcast_status(now);
-        } else if !leads && self.term != 0 {
-            self.term = 0;
-            self.broadcast_status(now);
-        }
-    }
-
-    /// A member other than this one that this node reaches and whose latest status says it
-    /// leads.
-    fn other_claimant(&self) -> Option<NodeId> {
-        let statuses = self.statuses.lock().unwrap_or_else(|e| e.into_inner());
-        self.foca
-            .iter_members()
-            .filter(|m| connected(&self.status_seen, &self.config, self.now, m))
-            .filter_map(|m| m.id().node.clone())
-            .find(|n| *n != self.node && statuses.get(n).is_some_and(|s| s.leader_term != 0))
-    }
-
-    /// The member that should lead as far as this node can tell: the oldest reachable
-    /// non-proxy member that is `Up` or whose status has not arrived yet.
-    fn first_in_line(&self) -> Option<NodeId> {
-        let statuses = self.statuses.lock().unwrap_or_else(|e| e.into_inner());
-        let mut candidates: Vec<NodeId> = self
-            .foca
-            .iter_members()
-            .filter(|m| connected(&self.status_seen, &self.config, self.now, m))
-            .filter(|m| !m.id().roles.iter().any(|r| r == PROXY_ROLE))
-            .filter_map(|m| m.id().node.clone())
-            .filter(|n| statuses.get(n).is_none_or(|s| s.status == MemberStatus::Up))
-            .collect();
-        if self.status == MemberStatus::Up && !self.me.roles.iter().any(|r| r == PROXY_ROLE) {
-            candidates.push(self.node.clone());
-        }
-        candidates.into_iter().min_by(|a, b| (a.incarnation, a).cmp(&(b.incarnation, b)))
-    }
-}
-
-/// A term above `above` for a member whose tag is `tag`: a counter one above `above`'s in the
-/// high half, the tag in the low half. Two members that take a term at once (each believing it is
-/// first in line) take different ones unless their tags are equal.
-///
-/// ```
-/// use shardline_core::gossip::term_above;
-///
-/// let (a, b) = (term_above(7, 1), term_above(7, 2));
-/// assert!(a > 7 && b > 7 && a != b);
-/// assert!(term_above(a.max(b), 1) > a.max(b));
-/// ```
-pub fn term_above(above: Term, tag: u32) -> Term {
-    (((above >> 32) + 1) << 32) | Term::from(tag)
-}
-
-/// A non-zero tag from the engine's seed (a different draw than foca's).
-fn term_tag(seed: u64) -> u32 {
-    let mut rng = SeededRng::new(seed ^ 0x7E4A_11D5_3C2B_9F01);
-    loop {
-        let tag = rand_core::Rng::next_u32(&mut rng);
-        if tag != 0 {
-            return tag;
-        }
-    }
-}
-
-/// How long past its window a resolver's unreachable set may keep changing before the node
-/// downs itself: the time it takes every member of the other side to fall silent (statuses
-/// stop arriving from the whole side at once, see [`silent`]), so that the surviving side never
-/// downs itself while still discovering a clean partition, plus three quarters of
-/// `stable_after`, as Akka's `down-all-when-unstable`. (Counting a probe period per member
-/// instead, before members fell silent, made the margin outlast a 25 s cut.)
-fn unstable_ms(config: &GossipConfig) -> u64 {
-    stale_after_ms(config) + config.stable_after_ms / 4 * 3
 }
 
 /// Whether a member is connected to this node's side: SWIM holds it alive, or (with the resolver)
@@ -737,21 +535,6 @@ fn connected(
 ) -> bool {
     let fresh = status_fresh(status_seen, config, now, m) == Some(true);
     m.state() == foca::State::Alive || (config.split_brain.is_some() && m.state() == foca::State::Suspect && fresh)
-}
-
-/// For the resolver only: whether `m`'s statuses stopped arriving although it is not suspected
-/// (yet). SWIM probes one member per period, so across a partition a member can stay unprobed,
-/// and "alive", for longer than the resolver's window (the world found a side that counted the
-/// other side's leader as its own that way); statuses stop arriving from the whole other side at
-/// once. Only the resolver counts it unreachable: the view and the leader rule keep SWIM's word,
-/// since a status that is merely late must not hold rebalancing or move leadership.
-fn silent(
-    status_seen: &BTreeMap<NodeId, (u64, u64)>,
-    config: &GossipConfig,
-    now: u64,
-    m: &foca::Member<GossipId>,
-) -> bool {
-    m.state() == foca::State::Alive && status_fresh(status_seen, config, now, m) == Some(false)
 }
 
 /// Whether `m`'s status advanced within two status periods and a probe period (None: none

@@ -1,0 +1,106 @@
+//! Who leads: the oldest reachable `Up` member, with a term above every term heard of, taken
+//! only while no other member claims to lead.
+
+use super::{connected, GossipEngine, GossipEvent};
+use crate::gossip::rng::SeededRng;
+use crate::id::NodeId;
+use crate::membership::{MemberStatus, PROXY_ROLE};
+use crate::shard_map::Term;
+
+impl GossipEngine {
+    /// Takes (or gives up) leadership: the oldest reachable member whose status is `Up` (or not
+    /// known yet: it may be an older leader) leads, with a term above every term this node has
+    /// heard of. A node leads only in a formed cluster: the first seed forms one when its grace
+    /// is over, and a member is part of one once it hears of a leader's term or of a member that
+    /// is.
+    pub(super) fn lead(&mut self, now: u64) {
+        let (heard, formed) = {
+            let statuses = self.statuses.lock().unwrap_or_else(|e| e.into_inner());
+            let heard = statuses.values().map(|s| s.max_term.max(s.leader_term)).max().unwrap_or(0);
+            (heard, statuses.values().any(|s| s.formed))
+        };
+        self.max_term = self.max_term.max(heard);
+        // A cluster where nobody may lead (every member restarted, and the first seed is not the
+        // oldest) must still get a leader: the first seed forms it, and says so.
+        let formed = heard > 0 || formed || self.bootstrap_at.is_some_and(|t| now >= t);
+        if formed && !self.formed {
+            self.formed = true;
+            self.broadcast_status(now);
+        }
+        let leads = self.formed && !self.declared_down && self.first_in_line() == Some(self.node.clone());
+        // A leader that hears of a higher term (a member that led apart from it: a first seed
+        // restarted alone, the other side of a healed partition) takes a term above it: regions
+        // follow the highest term they have seen and would refuse its coordinator for good. It
+        // waits, as a member about to lead for the first time does, until no other member it
+        // reaches claims to lead: two members whose views disagree for a moment (a rejoined
+        // node that lacks the others' statuses finds itself first in line) would otherwise
+        // outbid each other's terms until they agree. The one that is not first in line gives up
+        // at once, which ends the claim.
+        let outranked = self.term != 0 && self.max_term > self.term;
+        if leads && (self.term == 0 || outranked) && self.other_claimant().is_none() {
+            self.term = term_above(self.max_term.max(self.config.term_floor), self.tag);
+            self.max_term = self.term;
+            let term = self.term;
+            self.log(GossipEvent::Leads { term });
+            self.broadcast_status(now);
+        } else if !leads && self.term != 0 {
+            self.term = 0;
+            self.broadcast_status(now);
+        }
+    }
+
+    /// A member other than this one that this node reaches and whose latest status says it
+    /// leads.
+    fn other_claimant(&self) -> Option<NodeId> {
+        let statuses = self.statuses.lock().unwrap_or_else(|e| e.into_inner());
+        self.foca
+            .iter_members()
+            .filter(|m| connected(&self.status_seen, &self.config, self.now, m))
+            .filter_map(|m| m.id().node.clone())
+            .find(|n| *n != self.node && statuses.get(n).is_some_and(|s| s.leader_term != 0))
+    }
+
+    /// The member that should lead as far as this node can tell: the oldest reachable
+    /// non-proxy member that is `Up` or whose status has not arrived yet.
+    fn first_in_line(&self) -> Option<NodeId> {
+        let statuses = self.statuses.lock().unwrap_or_else(|e| e.into_inner());
+        let mut candidates: Vec<NodeId> = self
+            .foca
+            .iter_members()
+            .filter(|m| connected(&self.status_seen, &self.config, self.now, m))
+            .filter(|m| !m.id().roles.iter().any(|r| r == PROXY_ROLE))
+            .filter_map(|m| m.id().node.clone())
+            .filter(|n| statuses.get(n).is_none_or(|s| s.status == MemberStatus::Up))
+            .collect();
+        if self.status == MemberStatus::Up && !self.me.roles.iter().any(|r| r == PROXY_ROLE) {
+            candidates.push(self.node.clone());
+        }
+        candidates.into_iter().min_by(|a, b| (a.incarnation, a).cmp(&(b.incarnation, b)))
+    }
+}
+
+/// A term above `above` for a member whose tag is `tag`: a counter one above `above`'s in the
+/// high half, the tag in the low half. Two members that take a term at once (each believing it is
+/// first in line) take different ones unless their tags are equal.
+///
+/// ```
+/// use shardline_core::gossip::term_above;
+///
+/// let (a, b) = (term_above(7, 1), term_above(7, 2));
+/// assert!(a > 7 && b > 7 && a != b);
+/// assert!(term_above(a.max(b), 1) > a.max(b));
+/// ```
+pub fn term_above(above: Term, tag: u32) -> Term {
+    (((above >> 32) + 1) << 32) | Term::from(tag)
+}
+
+/// A non-zero tag from the engine's seed (a different draw than foca's).
+pub(super) fn term_tag(seed: u64) -> u32 {
+    let mut rng = SeededRng::new(seed ^ 0x7E4A_11D5_3C2B_9F01);
+    loop {
+        let tag = rand_core::Rng::next_u32(&mut rng);
+        if tag != 0 {
+            return tag;
+        }
+    }
+}

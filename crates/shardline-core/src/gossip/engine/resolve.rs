@@ -1,0 +1,141 @@
+//! The split-brain resolver fed from what the engine knows: who is reachable, who is silent,
+//! and what its decision means for this node; how long a downed member still counts as running.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use foca::Member;
+
+use super::{connected, stale_after_ms, status_fresh, GossipConfig, GossipEngine, GossipEvent};
+use crate::gossip::identity::GossipId;
+use crate::gossip::resolver::Resolution;
+use crate::id::NodeId;
+use crate::membership::{Member as ViewMember, MemberStatus};
+use crate::split_brain::SplitBrainDecision;
+
+impl GossipEngine {
+    /// Feeds the resolver the members this node reaches and those it suspects, and carries out
+    /// its decision: down the unreachable (through foca, which spreads it), or down this node.
+    pub(super) fn resolve(&mut self, now: u64) {
+        if self.declared_down || self.status == MemberStatus::Removed {
+            return;
+        }
+        let Some(resolver) = self.resolver.as_mut() else { return };
+        let member = |id: &GossipId| {
+            id.node.as_ref().map(|n| {
+                let mut m = ViewMember::new(n.clone(), n.incarnation).with_status(MemberStatus::Up);
+                for r in &id.roles {
+                    m = m.with_role(r.clone());
+                }
+                m
+            })
+        };
+        let mut reachable: Vec<ViewMember> = member(&self.me).into_iter().collect();
+        let mut unreachable = Vec::new();
+        let mut suspects = Vec::new();
+        // Probing finds unreachable members one per period; a node cut off from everyone would
+        // take a period per member to find out, long after the others decided about it. Hearing
+        // nothing at all for two periods says the same at once.
+        let cut_off = now.saturating_sub(self.heard_at) >= 2 * self.config.probe_period_ms;
+        for m in self.foca.iter_members() {
+            if let Some(node) = &m.id().node {
+                self.first_seen.entry(node.clone()).or_insert(now);
+            }
+            let connected =
+                connected(&self.status_seen, &self.config, now, m) && !silent(&self.status_seen, &self.config, now, m);
+            match m.state() {
+                foca::State::Alive | foca::State::Suspect if !cut_off && connected => reachable.extend(member(m.id())),
+                foca::State::Alive | foca::State::Suspect => {
+                    unreachable.extend(member(m.id()));
+                    suspects.push(m.id().clone());
+                }
+                foca::State::Down => {}
+            }
+        }
+        // Every member is probed within one period per member: a shorter window could decide
+        // before this node has even tried to reach some of the other side.
+        let members = self.foca.num_members() as u64 + 1;
+        let window = self.config.stable_after_ms.max(members * self.config.probe_period_ms + self.config.probe_rtt_ms);
+        // A member that joined (or restarted) just before or during a partition may be known on
+        // one side only: counted there as reachable, it could make both sides a majority (the
+        // world found two sides that each kept themselves that way). Only members known for a
+        // window before anyone became unreachable count on this node's side; unreachable ones
+        // always count against it. That can only make a side lose, never both win.
+        let since = resolver.first_unreachable().unwrap_or(now);
+        let recent: BTreeSet<NodeId> = reachable
+            .iter()
+            .filter(|m| self.first_seen.get(&m.node).is_none_or(|at| at.saturating_add(window) > since))
+            .map(|m| m.node.clone())
+            .collect();
+        let before = resolver.unreachable().cloned();
+        let unstable = unstable_ms(&self.config);
+        let resolution = resolver.observe(now, window, unstable, &reachable, &unreachable, &recent);
+        let after = resolver.unreachable().cloned();
+        if before != after && after.is_some() {
+            self.log(GossipEvent::Unreachable { nodes: after.unwrap_or_default() });
+        } else if before.is_some() && after.is_none() && resolution.is_none() {
+            self.log(GossipEvent::Unreachable { nodes: BTreeSet::new() });
+        }
+        match resolution {
+            None => {}
+            Some(Resolution::Unstable { unstable_ms }) => {
+                self.declared_down = true;
+                self.log(GossipEvent::DownedWhenUnstable { unstable_ms });
+                self.log(GossipEvent::DeclaredDown);
+            }
+            Some(Resolution::Decided(SplitBrainDecision::DownUnreachable)) => {
+                let nodes: BTreeSet<NodeId> = suspects.iter().filter_map(|id| id.node.clone()).collect();
+                self.log(GossipEvent::DownedUnreachable { nodes });
+                let downs = suspects.into_iter().map(Member::down).collect::<Vec<_>>();
+                if let Err(error) = self.foca.apply_many(downs.into_iter(), true, &mut self.runtime) {
+                    self.log(GossipEvent::BadData { error: error.to_string() });
+                }
+            }
+            // Gossip alone has no lease to acquire (refused at start): treated as losing.
+            Some(Resolution::Decided(SplitBrainDecision::DownReachable | SplitBrainDecision::AcquireLease { .. })) => {
+                self.declared_down = true;
+                self.log(GossipEvent::DeclaredDown);
+            }
+        }
+    }
+
+    /// How long a downed member still counts as possibly running. The two sides of a partition
+    /// do not decide at the same moment: each finds the other side unreachable by probing one
+    /// member per period, so a side may take up to a period per member longer to see a stable
+    /// set than the other; and a side whose set never settles downs itself only once it has
+    /// been unstable for the window and a bound more (the time the whole other side takes to
+    /// fall silent, and three quarters of `stable_after`). The margin covers both, on top of the
+    /// configured one.
+    pub fn down_margin_ms(&self) -> u64 {
+        #[cfg(feature = "fault-injection")]
+        if self.config.fault_no_down_margin {
+            return 0;
+        }
+        let members = self.foca.num_members() as u64 + self.down.len() as u64;
+        self.config.down_margin_ms + members * self.config.probe_period_ms + unstable_ms(&self.config)
+    }
+}
+
+/// How long past its window a resolver's unreachable set may keep changing before the node
+/// downs itself: the time it takes every member of the other side to fall silent (statuses
+/// stop arriving from the whole side at once, see [`silent`]), so that the surviving side never
+/// downs itself while still discovering a clean partition, plus three quarters of
+/// `stable_after`, as Akka's `down-all-when-unstable`. (Counting a probe period per member
+/// instead, before members fell silent, made the margin outlast a 25 s cut.)
+fn unstable_ms(config: &GossipConfig) -> u64 {
+    stale_after_ms(config) + config.stable_after_ms / 4 * 3
+}
+
+/// For the resolver only: whether `m`'s statuses stopped arriving although it is not suspected
+/// (yet). SWIM probes one member per period, so across a partition a member can stay unprobed,
+/// and "alive", for longer than the resolver's window (the world found a side that counted the
+/// other side's leader as its own that way); statuses stop arriving from the whole other side at
+/// once. Only the resolver counts it unreachable: the view and the leader rule keep SWIM's word,
+/// since a status that is merely late must not hold rebalancing or move leadership.
+fn silent(
+    status_seen: &BTreeMap<NodeId, (u64, u64)>,
+    config: &GossipConfig,
+    now: u64,
+    m: &foca::Member<GossipId>,
+) -> bool {
+    m.state() == foca::State::Alive && status_fresh(status_seen, config, now, m) == Some(false)
+}
