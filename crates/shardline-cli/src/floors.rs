@@ -109,10 +109,10 @@ impl Multiplexed {
             loop {
                 let mut len = [0u8; 4];
                 if read.read_exact(&mut len).await.is_err() || u32::from_be_bytes(len) as usize != PAYLOAD {
-                    return;
+                    break;
                 }
                 if read.read_exact(&mut body).await.is_err() {
-                    return;
+                    break;
                 }
                 let mut id = [0u8; 8];
                 id.copy_from_slice(&body[..8]);
@@ -121,6 +121,8 @@ impl Multiplexed {
                     let _ = tx.send(());
                 }
             }
+            // The connection is gone: every caller still waiting hears so instead of hanging.
+            answered.lock().unwrap_or_else(|e| e.into_inner()).clear();
         });
         Ok(Multiplexed { requests, waiting, next: AtomicU64::new(0) })
     }
