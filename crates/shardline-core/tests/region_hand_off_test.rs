@@ -225,3 +225,36 @@ fn fenced_region_stops_everything_and_refuses() {
     assert!(matches!(&rdrain(&mut r)[..], [RegionCommand::Reject { msg: 5, .. }]));
     assert!(r.hosted().is_empty());
 }
+
+#[test]
+fn the_lock_free_route_is_offered_only_while_a_send_would_be_delivered_here() {
+    let mut r = region("a", 1);
+    assert_eq!(r.local_epoch(S), None, "no home yet");
+    r.handle_coordinator_changed(0, node("c"), 1);
+    home(&mut r, "a", 1);
+    rdrain(&mut r);
+    assert_eq!(r.local_epoch(S), Some(e(1)));
+    // What the route promises: a send changes nothing and is delivered at that epoch.
+    r.handle_send(1, S, 3);
+    assert_eq!(rdrain(&mut r), vec![RegionCommand::Deliver { shard: S, epoch: e(1), msg: 3 }]);
+    assert_eq!(r.local_epoch(S), Some(e(1)));
+    // Paused for a hand-off: sends are buffered, so the route is withdrawn.
+    r.handle_coordinator_message(2, &node("c"), ToRegion::BeginHandOff { term: 1, shard: S });
+    rdrain(&mut r);
+    assert_eq!(r.local_epoch(S), None);
+    r.handle_coordinator_message(3, &node("c"), ToRegion::HandOff { term: 1, shard: S, epoch: e(1) });
+    rdrain(&mut r);
+    assert_eq!(r.local_epoch(S), None, "stopping");
+    r.handle_shard_stopped(4, S, None);
+    rdrain(&mut r);
+    home(&mut r, "b", 2);
+    rdrain(&mut r);
+    assert_eq!(r.local_epoch(S), None, "hosted elsewhere");
+    // Back here at a newer epoch, then fenced: never offered while fenced.
+    home(&mut r, "a", 3);
+    rdrain(&mut r);
+    assert_eq!(r.local_epoch(S), Some(e(3)));
+    r.handle_fenced(5);
+    rdrain(&mut r);
+    assert_eq!(r.local_epoch(S), None);
+}

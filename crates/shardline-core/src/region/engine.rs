@@ -125,6 +125,25 @@ impl<M> RegionEngine<M> {
         }
     }
 
+    /// The epoch `shard` is hosted at when a message sent to it now would go straight to this
+    /// node's entities, with nothing buffered ahead of it; None otherwise.
+    ///
+    /// This is what lets a driver route messages for the shards it hosts without taking the
+    /// engine's lock: such a `handle_send` changes no state and emits only
+    /// `Deliver { shard, epoch }`, so the driver may deliver itself. It must then refresh its
+    /// copy after every input that can change the answer, under the same lock as the input:
+    /// all of them except `handle_send` and a `Forward` from another region. A stale `Some`
+    /// read just before a change is harmless (the message reaches the entities before the shard
+    /// stops); a stale `Some` read after a message of the same sender was buffered never
+    /// happens, since the refresh comes first.
+    pub fn local_epoch(&self, shard: ShardId) -> Option<Epoch> {
+        let s = self.shards.get(shard.index())?;
+        match self.target(s) {
+            Route::Local(epoch) if !self.fenced && s.buffer.is_empty() => Some(epoch),
+            _ => None,
+        }
+    }
+
     /// The latest home known for `shard`.
     pub fn home(&self, shard: ShardId) -> Option<&ShardHome> {
         self.shards.get(shard.index()).and_then(|s| s.home.as_ref())

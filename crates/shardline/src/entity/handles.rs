@@ -123,7 +123,7 @@ impl<E: Entity> EntityRef<E> {
     pub async fn ask_timeout(&self, msg: E::Message, timeout: Duration) -> Result<E::Reply, Error> {
         let (tx, rx) = oneshot::channel();
         self.region.send(self.id.clone(), Body::Typed { msg, reply: Some(tx) })?;
-        match tokio::time::timeout(timeout, rx).await {
+        match self.region.deadlines().within(timeout, rx).await {
             Ok(Ok(r)) => r,
             // Nobody will answer: the entity panicked or its task was torn down mid-message.
             Ok(Err(_)) => Err(Error::OutcomeUnknown("the ask ended without a reply".into())),

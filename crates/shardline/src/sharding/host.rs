@@ -174,6 +174,24 @@ impl<E: Entity> ShardHost<E> {
     /// Hands a message to its entity, starting it if needed. Never blocks.
     pub fn deliver(self: &Arc<Self>, env: Envelope<E>) {
         let mut map = self.lock();
+        self.deliver_locked(&mut map, env);
+    }
+
+    /// Like `deliver`, but gives the message back once the shard is stopping, whose entities
+    /// may already have handed their state over. For senders that route without the region's
+    /// engine, which then buffers the message for the shard's next owner.
+    pub fn try_deliver(self: &Arc<Self>, env: Envelope<E>) -> Result<(), Envelope<E>> {
+        let mut map = self.lock();
+        // `stop` and `kill` set the flag before they take the map lock: seen here, or every
+        // entity this delivery starts is one they stop.
+        if self.stopping.load(Ordering::Acquire) {
+            return Err(env);
+        }
+        self.deliver_locked(&mut map, env);
+        Ok(())
+    }
+
+    fn deliver_locked(self: &Arc<Self>, map: &mut Entities<E>, env: Envelope<E>) {
         if let Some(Slot::Active { tx, .. }) = map.get(&env.entity) {
             match tx.try_send(env) {
                 Ok(()) => {}
@@ -437,27 +455,37 @@ async fn run<E: Entity>(
         state.started(&mut ctx).await;
     }
     let retire = || Envelope { entity: id.clone(), body: Body::Retire };
-    // One timer for the task's life, pushed back whenever the mailbox empties: after the linger
-    // without a message, the state goes back to the map and the task ends.
+    // One timer for the task's life. It is not pushed back per message (re-arming a timer
+    // costs about as much as the message): when it fires after messages came, it is armed
+    // again; when it fires after none, the state goes back to the map and the task ends. An
+    // entity thus lingers between one and two `LINGER`s after its last message.
     let linger = tokio::time::sleep(LINGER);
     tokio::pin!(linger);
+    let mut handled: u64 = 0;
+    let mut handled_at_last_tick = 0;
     let mut next = Some(first);
     loop {
         let env = match next.take() {
             Some(e) => e,
             None => match guard.rx.try_recv() {
                 Ok(e) => e,
-                Err(_) => {
-                    linger.as_mut().reset(tokio::time::Instant::now() + LINGER);
+                Err(_) => loop {
                     tokio::select! {
                         biased;
                         // The senders live in the map slot, which outlives this task.
-                        e = guard.rx.recv() => e.unwrap_or_else(retire),
-                        _ = &mut linger => retire(),
+                        e = guard.rx.recv() => break e.unwrap_or_else(retire),
+                        _ = &mut linger => {
+                            if handled == handled_at_last_tick {
+                                break retire();
+                            }
+                            handled_at_last_tick = handled;
+                            linger.as_mut().reset(tokio::time::Instant::now() + LINGER);
+                        }
                     }
-                }
+                },
             },
         };
+        handled = handled.wrapping_add(1);
         if matches!(env.body, Body::Retire) {
             // Decide under the map lock, where nothing new can arrive: go on, stop, or become
             // idle state in the map again.

@@ -4,6 +4,7 @@
 
 pub(crate) mod claim;
 pub(crate) mod coordinator;
+pub(crate) mod deadlines;
 pub(crate) mod entity;
 pub(crate) mod envelope;
 pub(crate) mod host;

@@ -12,6 +12,7 @@ use shardline_core::{DomainEvent, Epoch, NodeId, ShardId, TypeKey};
 use tokio::sync::broadcast;
 use tracing::info;
 
+use super::deadlines::Deadlines;
 use super::message::NodeTransport;
 use super::pending::Pending;
 use crate::clock::Clock;
@@ -27,6 +28,7 @@ struct Shared {
     me: NodeId,
     transport: NodeTransport,
     pending: Pending,
+    deadlines: Deadlines,
     clock: Clock,
     lease: Option<HostingLease>,
     events: broadcast::Sender<(TypeKey, DomainEvent)>,
@@ -48,6 +50,7 @@ impl Node {
                 me: transport.me().clone(),
                 transport,
                 pending: Pending::new(),
+                deadlines: Deadlines::start(),
                 clock,
                 lease,
                 events,
@@ -68,6 +71,11 @@ impl Node {
     /// Asks waiting for a remote reply.
     pub fn pending(&self) -> &Pending {
         &self.shared.pending
+    }
+
+    /// The deadlines of the asks waiting on this node.
+    pub fn deadlines(&self) -> &Deadlines {
+        &self.shared.deadlines
     }
 
     pub fn now_ms(&self) -> u64 {

@@ -1,8 +1,12 @@
 //! The region driver for one entity type: the core's `RegionEngine` behind a mutex, its
 //! commands carried out in order while the lock is held (none of them blocks), and one timer task.
+//!
+//! Messages for shards this node hosts skip the engine's lock: `routes` holds, per shard, the
+//! host a send would be delivered to (`RegionEngine::local_epoch`), refreshed under the lock after
+//! every input that can change it. Every caller on the node used to take that one lock per ask.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use shardline_core::{
@@ -12,6 +16,7 @@ use shardline_core::{
 use tracing::{debug, info, warn};
 
 use super::claim::ShardClaim;
+use super::deadlines::Deadlines;
 use super::entity::Entity;
 use super::envelope::{Body, Envelope, ReplyAddr, WireEnvelope};
 use super::host::{fail, HostEnv, ShardHost};
@@ -29,12 +34,17 @@ struct State<E: Entity> {
     refused: Option<Error>,
 }
 
+/// The host a shard's messages go to without the engine, when there is one.
+type LocalRoute<E> = RwLock<Option<Arc<ShardHost<E>>>>;
+
 pub(crate) struct Region<E: Entity> {
     pub type_key: TypeKey,
     pub settings: EntitySettings,
     node: Node,
     env: Arc<HostEnv>,
     state: Mutex<State<E>>,
+    /// Per shard, the host a message is delivered to without the engine (see the module docs).
+    routes: Box<[LocalRoute<E>]>,
     wakeup: Wakeup,
 }
 
@@ -67,6 +77,7 @@ impl<E: Entity> Region<E> {
         rc.retry_max_ms = 1_000;
         rc.register_retry_ms = 500;
         let me = node.id().clone();
+        let shards = settings.shards;
         let env = Arc::new(HostEnv {
             node: node.clone(),
             mailbox: settings.mailbox,
@@ -80,6 +91,7 @@ impl<E: Entity> Region<E> {
             node,
             env,
             state: Mutex::new(State { engine: RegionEngine::new(rc, me), hosts: HashMap::new(), refused: None }),
+            routes: (0..shards).map(|_| RwLock::new(None)).collect(),
             wakeup: Wakeup::default(),
         });
         tokio::spawn(wakeup::run(Arc::downgrade(&region)));
@@ -97,15 +109,47 @@ impl<E: Entity> Region<E> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Runs one input through the engine and carries out what it asks for.
+    /// Runs one input through the engine, carries out what it asks for and refreshes the routes.
     fn input(self: &Arc<Self>, f: impl FnOnce(&mut RegionEngine<Envelope<E>>, u64)) -> Option<Error> {
+        self.input_then(f, true)
+    }
+
+    /// Like `input`, for the inputs that never change a route (a send, a forward from another
+    /// region), which are most of them and must not cost a walk over every shard.
+    fn input_then(
+        self: &Arc<Self>,
+        f: impl FnOnce(&mut RegionEngine<Envelope<E>>, u64),
+        refresh_routes: bool,
+    ) -> Option<Error> {
         let now = self.now();
         let mut st = self.lock();
         st.refused = None;
         f(&mut st.engine, now);
         self.run_commands(&mut st, now);
+        if refresh_routes {
+            self.refresh_routes(&st);
+        }
         self.wakeup.request(st.engine.poll_timeout());
         st.refused.take()
+    }
+
+    /// Makes `routes` agree with the engine; called with the engine's lock held.
+    fn refresh_routes(&self, st: &State<E>) {
+        for (i, slot) in self.routes.iter().enumerate() {
+            let shard = ShardId(i as u32);
+            let want = st
+                .engine
+                .local_epoch(shard)
+                .and_then(|epoch| st.hosts.get(&shard).filter(|h| h.epoch() == epoch).cloned());
+            let same = match (&*slot.read().unwrap_or_else(|e| e.into_inner()), &want) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            };
+            if !same {
+                *slot.write().unwrap_or_else(|e| e.into_inner()) = want;
+            }
+        }
     }
 
     fn run_commands(self: &Arc<Self>, st: &mut State<E>, now: u64) {
@@ -281,8 +325,21 @@ impl<E: Entity> Region<E> {
     /// Sends a message to entity `id` from this node.
     pub fn send(self: &Arc<Self>, id: shardline_core::EntityId, body: Body<E>) -> Result<(), Error> {
         let shard = self.shard_of(id.as_str());
-        let env = Envelope { entity: id, body };
-        match self.input(|e, now| e.handle_send(now, shard, env)) {
+        let mut env = Envelope { entity: id, body };
+        if let Some(slot) = self.routes.get(shard.index()) {
+            // The read guard is held while delivering, so once a refresh has withdrawn the route
+            // no delivery through it is still under way.
+            let route = slot.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(host) = route.as_ref() {
+                match host.try_deliver(env) {
+                    Ok(()) => return Ok(()),
+                    // The shard began stopping before the engine's route was withdrawn: the
+                    // engine buffers it for the next owner.
+                    Err(back) => env = back,
+                }
+            }
+        }
+        match self.input_then(|e, now| e.handle_send(now, shard, env), false) {
             Some(err) => Err(err),
             None => Ok(()),
         }
@@ -290,6 +347,11 @@ impl<E: Entity> Region<E> {
 
     pub fn ask_timeout(&self) -> Duration {
         self.settings.ask_timeout
+    }
+
+    /// Where asks through this region wait for their deadline.
+    pub fn deadlines(&self) -> &Deadlines {
+        self.node.deadlines()
     }
 }
 
@@ -371,7 +433,8 @@ async fn passivation<E: Entity>(region: std::sync::Weak<Region<E>>, after: Durat
 
 impl<E: Entity> RegionDyn for Region<E> {
     fn on_region_frame(self: Arc<Self>, from: &NodeId, msg: RegionMessage<WireEnvelope>) {
-        self.input(|e, now| e.handle_region_message(now, from, from_wire(msg)));
+        let refresh = !matches!(msg, RegionMessage::Forward { .. });
+        self.input_then(|e, now| e.handle_region_message(now, from, from_wire(msg)), refresh);
     }
     fn on_coordinator_frame(self: Arc<Self>, from: &NodeId, msg: ToRegion) {
         self.input(|e, now| e.handle_coordinator_message(now, from, msg));
