@@ -295,6 +295,8 @@ async fn idle_memory(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
         echo.entity_ref(format!("warm-{i}")).ask(0).await?;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
+    crate::heap::start();
+    let heap_before = crate::heap::live();
     let before = rss_bytes();
     let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
@@ -322,8 +324,10 @@ async fn idle_memory(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let in_memory = echo.local_entities() as u64;
     let active = echo.active_entities() as u64;
     let after = rss_bytes();
+    let heap_after = crate::heap::live();
     Ok(json!({
         "scenario": "idle-memory",
+        "heap_bytes_per_entity": (heap_after - heap_before) as f64 / n as f64,
         "entities": n,
         "entities_in_memory": in_memory,
         "entities_with_a_task": active,

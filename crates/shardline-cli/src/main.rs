@@ -6,12 +6,16 @@ mod demo;
 mod external_load;
 mod false_downs;
 mod floors;
+mod heap;
 mod journal_bench;
 mod load;
 mod node;
 mod procs;
 
 use clap::Parser;
+
+#[global_allocator]
+static ALLOCATOR: heap::Counting = heap::Counting;
 
 fn init_logs(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

@@ -32,6 +32,9 @@ struct State<E: Entity> {
     hosts: HashMap<ShardId, Arc<ShardHost<E>>>,
     /// A `tell` refused while the lock was held (reported to its caller).
     refused: Option<Error>,
+    /// The epoch of the host in each shard's route, so that a refresh touches only the routes
+    /// that change.
+    routed: Vec<Option<Epoch>>,
 }
 
 /// The host a shard's messages go to without the engine, when there is one.
@@ -90,7 +93,12 @@ impl<E: Entity> Region<E> {
             settings,
             node,
             env,
-            state: Mutex::new(State { engine: RegionEngine::new(rc, me), hosts: HashMap::new(), refused: None }),
+            state: Mutex::new(State {
+                engine: RegionEngine::new(rc, me),
+                hosts: HashMap::new(),
+                refused: None,
+                routed: vec![None; shards as usize],
+            }),
             routes: (0..shards).map(|_| RwLock::new(None)).collect(),
             wakeup: Wakeup::default(),
         });
@@ -127,28 +135,25 @@ impl<E: Entity> Region<E> {
         f(&mut st.engine, now);
         self.run_commands(&mut st, now);
         if refresh_routes {
-            self.refresh_routes(&st);
+            self.refresh_routes(&mut st);
         }
         self.wakeup.request(st.engine.poll_timeout());
         st.refused.take()
     }
 
     /// Makes `routes` agree with the engine; called with the engine's lock held.
-    fn refresh_routes(&self, st: &State<E>) {
-        for (i, slot) in self.routes.iter().enumerate() {
+    fn refresh_routes(&self, st: &mut State<E>) {
+        let State { engine, hosts, routed, .. } = st;
+        for ((i, slot), routed) in self.routes.iter().enumerate().zip(routed.iter_mut()) {
             let shard = ShardId(i as u32);
-            let want = st
-                .engine
-                .local_epoch(shard)
-                .and_then(|epoch| st.hosts.get(&shard).filter(|h| h.epoch() == epoch).cloned());
-            let same = match (&*slot.read().unwrap_or_else(|e| e.into_inner()), &want) {
-                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                (None, None) => true,
-                _ => false,
-            };
-            if !same {
-                *slot.write().unwrap_or_else(|e| e.into_inner()) = want;
+            let epoch = engine.local_epoch(shard);
+            if epoch == *routed {
+                continue;
             }
+            // A shard's host changes only with its epoch (a new one is started at a newer one).
+            let host = epoch.and_then(|e| hosts.get(&shard).filter(|h| h.epoch() == e).cloned());
+            *routed = host.as_ref().and(epoch);
+            *slot.write().unwrap_or_else(|e| e.into_inner()) = host;
         }
     }
 
