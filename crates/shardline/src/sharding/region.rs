@@ -35,6 +35,8 @@ struct State<E: Entity> {
     /// The epoch of the host in each shard's route, so that a refresh touches only the routes
     /// that change.
     routed: Vec<Option<Epoch>>,
+    /// The input's own commands fed failures back into the engine (undeliverable, queue full).
+    fed_back: bool,
 }
 
 /// The host a shard's messages go to without the engine, when there is one.
@@ -98,6 +100,7 @@ impl<E: Entity> Region<E> {
                 hosts: HashMap::new(),
                 refused: None,
                 routed: vec![None; shards as usize],
+                fed_back: false,
             }),
             routes: (0..shards).map(|_| RwLock::new(None)).collect(),
             wakeup: Wakeup::default(),
@@ -132,9 +135,12 @@ impl<E: Entity> Region<E> {
         let now = self.now();
         let mut st = self.lock();
         st.refused = None;
+        st.fed_back = false;
         f(&mut st.engine, now);
         self.run_commands(&mut st, now);
-        if refresh_routes {
+        // What a send's or a forward's failed commands feed back concerns shards routed
+        // elsewhere; refreshed anyway rather than argued about.
+        if refresh_routes || st.fed_back {
             self.refresh_routes(&mut st);
         }
         self.wakeup.request(st.engine.poll_timeout());
@@ -277,6 +283,7 @@ impl<E: Entity> Region<E> {
             if !any {
                 break;
             }
+            st.fed_back |= !returned.is_empty() || !jammed.is_empty();
             for (to, msg) in returned {
                 st.engine.handle_undeliverable(now, &to, from_wire(msg));
             }
