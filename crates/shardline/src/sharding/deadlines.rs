@@ -76,7 +76,7 @@ impl Deadlines {
         Within { fut, deadlines: &self.inner, at, key: None }
     }
 
-    /// Asks waiting now (for tests and gauges).
+    /// Asks waiting now.
     #[cfg(test)]
     fn waiting(&self) -> usize {
         self.inner.stripes.iter().map(|s| lock(s).waiting).sum()
