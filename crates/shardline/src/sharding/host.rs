@@ -23,16 +23,8 @@ use crate::sharding::node::Node;
 pub(crate) const LINGER: Duration = Duration::from_millis(50);
 
 enum Slot<E: Entity> {
-    Idle {
-        state: E,
-        since: u32,
-    },
-    /// The mailbox carries bodies only: the task knows whose they are, and a sender that
-    /// borrows the id need not clone it (a count both the caller's and the entity's core touch).
-    Active {
-        tx: mpsc::Sender<Body<E>>,
-        abort: AbortHandle,
-    },
+    Idle { state: E, since: u32 },
+    Active { tx: mpsc::Sender<Envelope<E>>, abort: AbortHandle },
 }
 
 /// What entity tasks need from their region.
@@ -182,46 +174,46 @@ impl<E: Entity> ShardHost<E> {
     /// Hands a message to its entity, starting it if needed. Never blocks.
     pub fn deliver(self: &Arc<Self>, env: Envelope<E>) {
         let mut map = self.lock();
-        self.deliver_locked(&mut map, &env.entity, env.body);
+        self.deliver_locked(&mut map, env);
     }
 
     /// Like `deliver`, but gives the message back once the shard is stopping, whose entities
     /// may already have handed their state over. For senders that route without the region's
     /// engine, which then buffers the message for the shard's next owner.
-    pub fn try_deliver(self: &Arc<Self>, id: &EntityId, body: Body<E>) -> Result<(), Body<E>> {
+    pub fn try_deliver(self: &Arc<Self>, env: Envelope<E>) -> Result<(), Envelope<E>> {
         let mut map = self.lock();
         // `stop` and `kill` set the flag before they take the map lock: seen here, or every
         // entity this delivery starts is one they stop.
         if self.stopping.load(Ordering::Acquire) {
-            return Err(body);
+            return Err(env);
         }
-        self.deliver_locked(&mut map, id, body);
+        self.deliver_locked(&mut map, env);
         Ok(())
     }
 
-    fn deliver_locked(self: &Arc<Self>, map: &mut Entities<E>, id: &EntityId, body: Body<E>) {
-        if let Some(Slot::Active { tx, .. }) = map.get(id) {
-            match tx.try_send(body) {
+    fn deliver_locked(self: &Arc<Self>, map: &mut Entities<E>, env: Envelope<E>) {
+        if let Some(Slot::Active { tx, .. }) = map.get(&env.entity) {
+            match tx.try_send(env) {
                 Ok(()) => {}
-                Err(mpsc::error::TrySendError::Full(body)) => {
-                    let err = Error::Overloaded(format!("mailbox of {id} is full"));
-                    fail_body(&self.env.node, body, err)
+                Err(mpsc::error::TrySendError::Full(env)) => {
+                    let err = Error::Overloaded(format!("mailbox of {} is full", env.entity));
+                    fail(&self.env.node, env, err)
                 }
-                Err(mpsc::error::TrySendError::Closed(body)) => {
-                    let err = Error::Unavailable(format!("{id} is stopping"));
-                    fail_body(&self.env.node, body, err)
+                Err(mpsc::error::TrySendError::Closed(env)) => {
+                    let err = Error::Unavailable(format!("{} is stopping", env.entity));
+                    fail(&self.env.node, env, err)
                 }
             }
             return;
         }
-        let id = id.clone();
+        let id = env.entity.clone();
         let (state, fresh) = match map.remove(&id) {
             Some(Slot::Idle { state, .. }) => (state, false),
             _ => (E::new(&id), true),
         };
         let (tx, rx) = mpsc::channel(self.env.mailbox);
         self.active.fetch_add(1, Ordering::AcqRel);
-        let task = tokio::spawn(run(self.clone(), id.clone(), state, fresh, rx, body));
+        let task = tokio::spawn(run(self.clone(), id.clone(), state, fresh, rx, env));
         map.active.insert(id.clone());
         map.insert(id, Slot::Active { tx, abort: task.abort_handle() });
     }
@@ -231,16 +223,16 @@ impl<E: Entity> ShardHost<E> {
     pub async fn stop(self: Arc<Self>) -> Option<Vec<u8>> {
         self.stopping.store(true, Ordering::Release);
         // Every active entity finishes its mailbox, then meets this marker and stops.
-        let active: Vec<mpsc::Sender<Body<E>>> = self
+        let active: Vec<(EntityId, mpsc::Sender<Envelope<E>>)> = self
             .lock()
-            .values()
-            .filter_map(|s| match s {
-                Slot::Active { tx, .. } => Some(tx.clone()),
+            .iter()
+            .filter_map(|(k, s)| match s {
+                Slot::Active { tx, .. } => Some((k.clone(), tx.clone())),
                 Slot::Idle { .. } => None,
             })
             .collect();
-        for tx in active {
-            let _ = tx.send(Body::Retire).await;
+        for (id, tx) in active {
+            let _ = tx.send(Envelope { entity: id, body: Body::Retire }).await;
         }
         let idle: Vec<(EntityId, E)> = {
             let mut map = self.lock();
@@ -336,12 +328,7 @@ impl<E: Entity> ShardHost<E> {
 
 /// Tells the sender its message failed.
 pub(crate) fn fail<E: Entity>(node: &Node, env: Envelope<E>, err: Error) {
-    fail_body(node, env.body, err)
-}
-
-/// Tells the sender of a message body it failed.
-fn fail_body<E: Entity>(node: &Node, body: Body<E>, err: Error) {
-    match body {
+    match env.body {
         Body::Typed { reply: Some(tx), .. } => {
             let _ = tx.send(Err(err));
         }
@@ -377,16 +364,16 @@ async fn process<E: Entity>(
     node: &Node,
     state: &mut E,
     ctx: &mut EntityContext,
-    body: Body<E>,
+    env: Envelope<E>,
     in_flight: &mut Option<InFlight<E>>,
 ) {
     if !node.may_host() {
         // Not processed, so the sender may safely try again where the shard lives now.
         let err = Error::Rejected(format!("{} may not host: its lease ran out", node.id()));
-        fail_body(node, body, err);
+        fail(node, env, err);
         return;
     }
-    match body {
+    match env.body {
         Body::Typed { msg, reply } => {
             *in_flight = reply.map(InFlight::Local);
             let r = state.handle(ctx, msg).await;
@@ -418,7 +405,7 @@ async fn process<E: Entity>(
 struct TaskGuard<E: Entity> {
     host: Arc<ShardHost<E>>,
     id: EntityId,
-    rx: mpsc::Receiver<Body<E>>,
+    rx: mpsc::Receiver<Envelope<E>>,
     in_flight: Option<InFlight<E>>,
     done: bool,
 }
@@ -434,9 +421,9 @@ impl<E: Entity> Drop for TaskGuard<E> {
         }
         self.host.lock().forget(&self.id);
         self.rx.close();
-        while let Ok(body) = self.rx.try_recv() {
+        while let Ok(env) = self.rx.try_recv() {
             let err = Error::Unavailable(format!("{} stopped before handling the message", self.id));
-            fail_body(&self.host.env.node, body, err);
+            fail(&self.host.env.node, env, err);
         }
         if let Some(reply) = self.in_flight.take() {
             let how = if panicked { "panicked" } else { "was stopped" };
@@ -448,7 +435,7 @@ impl<E: Entity> Drop for TaskGuard<E> {
 }
 
 enum After<E: Entity> {
-    Next(Body<E>, E),
+    Next(Envelope<E>, E),
     Stop(E),
     Idle,
 }
@@ -458,8 +445,8 @@ async fn run<E: Entity>(
     id: EntityId,
     mut state: E,
     fresh: bool,
-    rx: mpsc::Receiver<Body<E>>,
-    first: Body<E>,
+    rx: mpsc::Receiver<Envelope<E>>,
+    first: Envelope<E>,
 ) {
     let mut guard = TaskGuard { host: host.clone(), id: id.clone(), rx, in_flight: None, done: false };
     let node = host.env.node.clone();
@@ -467,7 +454,7 @@ async fn run<E: Entity>(
     if fresh {
         state.started(&mut ctx).await;
     }
-    let retire = || Body::Retire;
+    let retire = || Envelope { entity: id.clone(), body: Body::Retire };
     // One timer for the task's life. It is not pushed back per message (re-arming a timer
     // costs about as much as the message): when it fires after messages came, it is armed
     // again; when it fires after none, the state goes back to the map and the task ends. An
@@ -499,7 +486,7 @@ async fn run<E: Entity>(
             },
         };
         handled = handled.wrapping_add(1);
-        if matches!(env, Body::Retire) {
+        if matches!(env.body, Body::Retire) {
             // Decide under the map lock, where nothing new can arrive: go on, stop, or become
             // idle state in the map again.
             let after = {
@@ -548,7 +535,7 @@ async fn run<E: Entity>(
                 let mut map = host.lock();
                 loop {
                     match guard.rx.try_recv() {
-                        Ok(Body::Retire) => continue,
+                        Ok(e) if matches!(e.body, Body::Retire) => continue,
                         Ok(e) => break Some(e),
                         Err(_) => {
                             map.forget(&id);

@@ -334,24 +334,23 @@ impl<E: Entity> Region<E> {
         self.settings.shard_of(id)
     }
 
-    /// Sends a message to entity `id` from this node. The id is borrowed: the lock-free route
-    /// never needs it owned (the engine's path clones it).
-    pub fn send(self: &Arc<Self>, id: &shardline_core::EntityId, mut body: Body<E>) -> Result<(), Error> {
+    /// Sends a message to entity `id` from this node.
+    pub fn send(self: &Arc<Self>, id: shardline_core::EntityId, body: Body<E>) -> Result<(), Error> {
         let shard = self.shard_of(id.as_str());
+        let mut env = Envelope { entity: id, body };
         if let Some(slot) = self.routes.get(shard.index()) {
             // The read guard is held while delivering, so once a refresh has withdrawn the route
             // no delivery through it is still under way.
             let route = slot.read().unwrap_or_else(|e| e.into_inner());
             if let Some(host) = route.as_ref() {
-                match host.try_deliver(id, body) {
+                match host.try_deliver(env) {
                     Ok(()) => return Ok(()),
                     // The shard began stopping before the engine's route was withdrawn: the
                     // engine buffers it for the next owner.
-                    Err(back) => body = back,
+                    Err(back) => env = back,
                 }
             }
         }
-        let env = Envelope { entity: id.clone(), body };
         match self.input_then(|e, now| e.handle_send(now, shard, env), false) {
             Some(err) => Err(err),
             None => Ok(()),

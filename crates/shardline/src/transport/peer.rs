@@ -101,7 +101,6 @@ async fn run<M: Payload>(node: NodeId, addr: SocketAddr, shared: Arc<Shared<M>>,
         };
         // Connected: write `first`, then everything that comes, coalescing what is queued.
         let mut next = Some(first);
-        let mut bursting = false;
         let failed = loop {
             let frame = match next.take() {
                 Some(f) => f,
@@ -116,17 +115,9 @@ async fn run<M: Payload>(node: NodeId, addr: SocketAddr, shared: Arc<Shared<M>>,
                 unsendable(&node, &shared, frame, e);
                 continue;
             }
-            if bursting && rx.is_empty() {
-                // The last write carried several frames: more are likely being made by tasks
-                // that are ready to run. Let them run first, so that one write carries them.
-                // A lone ask never gets here (its writes carry one frame each).
-                tokio::task::yield_now().await;
-            }
-            let mut frames = 1;
             while buf.len() < 256 * 1024 {
                 match rx.try_recv() {
                     Ok(f) => {
-                        frames += 1;
                         if let Err(e) = wire::append_message(&f, &mut buf, max) {
                             unsendable(&node, &shared, f, e);
                         }
@@ -134,7 +125,6 @@ async fn run<M: Payload>(node: NodeId, addr: SocketAddr, shared: Arc<Shared<M>>,
                     Err(_) => break,
                 }
             }
-            bursting = frames > 1;
             if let Err(e) = stream.write_all(&buf).await {
                 break e;
             }
