@@ -461,8 +461,8 @@ async fn run<E: Entity>(
     // entity thus lingers between one and two `LINGER`s after its last message.
     let linger = tokio::time::sleep(LINGER);
     tokio::pin!(linger);
-    let mut handled: u64 = 0;
-    let mut handled_at_last_tick = 0;
+    // Whether a message came since the timer last fired.
+    let mut busy = false;
     let mut next = Some(first);
     loop {
         let env = match next.take() {
@@ -475,17 +475,17 @@ async fn run<E: Entity>(
                         // The senders live in the map slot, which outlives this task.
                         e = guard.rx.recv() => break e.unwrap_or_else(retire),
                         _ = &mut linger => {
-                            if handled == handled_at_last_tick {
+                            if !busy {
                                 break retire();
                             }
-                            handled_at_last_tick = handled;
+                            busy = false;
                             linger.as_mut().reset(tokio::time::Instant::now() + LINGER);
                         }
                     }
                 },
             },
         };
-        handled = handled.wrapping_add(1);
+        busy = true;
         if matches!(env.body, Body::Retire) {
             // Decide under the map lock, where nothing new can arrive: go on, stop, or become
             // idle state in the map again.
