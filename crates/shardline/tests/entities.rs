@@ -146,3 +146,36 @@ async fn an_entity_sees_the_epoch_its_node_hosts_the_shard_at() {
     let back = probe(&ha, moved).await;
     assert!(back > away, "moving back raised it again: {away:?} then {back:?}");
 }
+
+/// A type registered while the node's first membership view is still being applied gets its
+/// shards and answers at once. `register` once applied a copy of the view it read before the
+/// membership watcher applied a newer one: the older copy stopped the coordinator the newer one
+/// had started, and a single node's view never changed again, so no shard was ever allocated.
+/// The race was rare (about one start in 30,000 on two cores), hence many starts, each thread
+/// with its own runtime so that the operating system interleaves them as it likes: with the old
+/// `register`, about one run of this test in three failed.
+#[test]
+fn a_type_registered_as_the_node_starts_gets_its_shards() {
+    logs();
+    let threads: Vec<_> = (0..6)
+        .map(|k| {
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build();
+                rt.expect("a runtime").block_on(async {
+                    for round in 0..2_000 {
+                        let c = Cluster::builder().cluster_name(format!("starts-{k}")).build().await.unwrap();
+                        let settings = EntitySettings::new("probe").shards(8).ask_timeout(Duration::from_secs(5));
+                        let h = c.register::<EpochProbe>(settings).await.unwrap();
+                        if let Err(e) = h.entity_ref("first").ask(()).await {
+                            panic!("start {round} on thread {k}: the first ask failed: {e:?}");
+                        }
+                        c.crash();
+                    }
+                })
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("every start answered");
+    }
+}

@@ -150,6 +150,8 @@ impl ClusterBuilder {
             regions: RwLock::new(HashMap::new()),
             coordinators: Mutex::new(HashMap::new()),
             view: Mutex::new(ClusterView::default()),
+            views: handle.views.clone(),
+            applying: Mutex::new(()),
             control: handle.control,
             maps: handle.maps,
             gossip_tx,

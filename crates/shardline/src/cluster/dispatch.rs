@@ -128,8 +128,9 @@ impl PeerLink for GossipLink {
 
 pub(super) async fn watch_membership(cluster: Cluster, mut views: watch::Receiver<ClusterView>) {
     loop {
-        let v = views.borrow_and_update().clone();
-        cluster.apply_view(&v);
+        // Marked seen here; applied as the newest there is (which may be newer still).
+        views.borrow_and_update();
+        cluster.apply_latest_view();
         if views.changed().await.is_err() {
             return;
         }

@@ -34,7 +34,12 @@ pub(crate) struct NodeInner {
     pub(super) proxy: bool,
     pub(super) regions: RwLock<HashMap<TypeKey, Arc<dyn RegionDyn>>>,
     pub(super) coordinators: Mutex<HashMap<TypeKey, Arc<Coordinator>>>,
+    /// The view last applied (see `apply_latest_view`).
     pub(super) view: Mutex<ClusterView>,
+    /// The membership's views, newest last.
+    pub(super) views: watch::Receiver<ClusterView>,
+    /// Held while a view is applied: one application at a time.
+    pub(super) applying: Mutex<()>,
     pub(super) control: Arc<dyn MembershipControl>,
     pub(super) maps: Option<crate::membership::lease::ShardMaps>,
     pub(super) gossip_tx: mpsc::Sender<(NodeId, Vec<u8>)>,
@@ -135,8 +140,7 @@ impl Cluster {
         let region = Region::<E>::new(self.inner.node.clone(), settings, self.inner.proxy);
         self.inner.regions.write().unwrap_or_else(|e| e.into_inner()).insert(key, region.clone());
         self.inner.node.add_typed(TypeId::of::<E>(), region.clone());
-        let view = self.view();
-        self.apply_view(&view);
+        self.apply_latest_view();
         Ok(EntityHandle { region, _e: PhantomData })
     }
 
@@ -179,7 +183,18 @@ impl Cluster {
     }
 
     /// Applies a membership view: addresses, fencing, coordinators, regions.
-    pub(super) fn apply_view(&self, v: &ClusterView) {
+    /// Applies the membership's newest view: starts or stops this node's coordinators and tells
+    /// the regions who leads. Both the membership watcher and `register` apply views; each takes
+    /// the newest one under one lock, since an older copy applied after a newer one stops the
+    /// coordinator the newer one started, and nothing starts it again while the view stays the
+    /// same (a single node whose first view lost that race never allocated a shard).
+    pub(super) fn apply_latest_view(&self) {
+        let _one = self.inner.applying.lock().unwrap_or_else(|e| e.into_inner());
+        let v = self.inner.views.borrow().clone();
+        self.apply_view(&v);
+    }
+
+    fn apply_view(&self, v: &ClusterView) {
         *self.inner.view.lock().unwrap_or_else(|e| e.into_inner()) = v.clone();
         for (node, addr) in &v.addresses {
             if v.is_fenced(node) {
