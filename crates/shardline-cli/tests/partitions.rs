@@ -318,7 +318,17 @@ fn split_under_load(sides: &[usize], policy: &str, downed: &[&str]) {
     assert!(survivors.contains("this side survives"), "the surviving side resolved the split");
     // After the heal the downed rejoin and are given shards again.
     every_node_hosts(&mut lab, driver, names.len(), "after", Duration::from_secs(60));
-    check_ownership(&lab.ownership(), &[]);
+    let ownership = lab.ownership();
+    if let Err(overlap) = std::panic::catch_unwind(|| check_ownership(&ownership, &[])) {
+        // An overlap is read from when each side decided and stopped: print that much of every log.
+        let wanted = ["declared down", "survives", "unreachable", "shard st", "fenced", "rejoin", "leads"];
+        for name in names.iter().map(String::as_str).chain(["load"]) {
+            let text = lab.text(name);
+            let lines: Vec<&str> = text.lines().filter(|l| wanted.iter().any(|w| l.contains(w))).collect();
+            eprintln!("--- {name}\n{}", lines.join("\n"));
+        }
+        std::panic::resume_unwind(overlap);
+    }
 }
 
 /// One lab at a time: their timing (a 2 s stable-after) is what is under test, and two of them
