@@ -50,18 +50,22 @@ pub async fn run(args: BenchArgs) -> i32 {
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Closed-loop load: `workers` callers for `d`; returns (ops/s, latency).
-async fn drive<F, Fut>(workers: u64, d: Duration, call: F) -> (f64, Latency)
+///
+/// Each caller owns a clone of `state`, which it lends to each call and gets back with the call's
+/// success: a call clones nothing shared and the callers share no counter, since an atomic every
+/// caller bumps on every call costs more than some of what is measured.
+async fn drive<S, F, Fut>(workers: u64, d: Duration, state: S, call: F) -> (f64, Latency)
 where
-    F: Fn(u64, u64) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = bool> + Send,
+    S: Clone + Send + 'static,
+    F: Fn(S, u64, u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = (S, bool)> + Send,
 {
     let call = Arc::new(call);
     let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..workers {
-        let (call, stop, done) = (call.clone(), stop.clone(), done.clone());
+        let (call, stop, mut state) = (call.clone(), stop.clone(), state.clone());
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             let mut rng = (w + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -70,9 +74,10 @@ where
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
                 let t = Instant::now();
-                if call(w, rng).await {
+                let (back, ok) = call(state, w, rng).await;
+                state = back;
+                if ok {
                     lat.push(t.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
-                    done.fetch_add(1, Ordering::Relaxed);
                 }
             }
             lat
@@ -86,7 +91,7 @@ where
             lat.extend(l);
         }
     }
-    let ops = done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
+    let ops = lat.len() as f64 / start.elapsed().as_secs_f64();
     (ops, percentiles(&mut lat))
 }
 
@@ -101,10 +106,9 @@ async fn started_echoes(echo: &EntityHandle<Echo>, n: u64) -> Result<Arc<Vec<Ent
 
 /// `workers` callers asking random echo entities for `d`.
 async fn ask_echoes(refs: &Arc<Vec<EntityRef<Echo>>>, workers: u64, d: Duration) -> (f64, Latency) {
-    let refs = refs.clone();
-    drive(workers, d, move |_, rng| {
-        let r = refs[(rng % refs.len() as u64) as usize].clone();
-        async move { r.ask(rng).await.is_ok() }
+    drive(workers, d, refs.clone(), |refs, _, rng| async move {
+        let ok = refs[(rng % refs.len() as u64) as usize].ask(rng).await.is_ok();
+        (refs, ok)
     })
     .await
 }
@@ -131,12 +135,10 @@ async fn local_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
         senders.push(tx);
     }
     let senders = Arc::new(senders);
-    let (base_ops, base_lat) = drive(args.concurrency, d, move |_, rng| {
-        let tx = senders[(rng % n) as usize].clone();
-        async move {
-            let (rtx, rrx) = oneshot::channel();
-            tx.send((rng, rtx)).await.is_ok() && rrx.await.is_ok()
-        }
+    let (base_ops, base_lat) = drive(args.concurrency, d, senders, move |senders, _, rng| async move {
+        let (rtx, rrx) = oneshot::channel();
+        let ok = senders[(rng % n) as usize].send((rng, rtx)).await.is_ok() && rrx.await.is_ok();
+        (senders, ok)
     })
     .await;
     Ok(json!({
@@ -230,21 +232,20 @@ async fn remote_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let addr = format!("127.0.0.1:{port}");
     let floors = async {
         let mux = Arc::new(Multiplexed::connect(&addr).await?);
-        let (mux_ops, mux_lat) = drive(args.concurrency, d, move |_, _| {
-            let mux = mux.clone();
-            async move { mux.call().await }
+        let (mux_ops, mux_lat) = drive(args.concurrency, d, mux, |mux, _, _| async move {
+            let ok = mux.call().await;
+            (mux, ok)
         })
         .await;
         let pp = Arc::new(PingPong::connect(&addr, args.concurrency).await?);
-        let p2 = pp.clone();
-        let (pp_ops, pp_lat) = drive(args.concurrency, d, move |w, _| {
-            let pp = p2.clone();
-            async move { pp.call(w).await }
+        let (pp_ops, pp_lat) = drive(args.concurrency, d, pp.clone(), |pp, w, _| async move {
+            let ok = pp.call(w).await;
+            (pp, ok)
         })
         .await;
-        let (_, single) = drive(1, Duration::from_secs(2), move |w, _| {
-            let pp = pp.clone();
-            async move { pp.call(w).await }
+        let (_, single) = drive(1, Duration::from_secs(2), pp, |pp, w, _| async move {
+            let ok = pp.call(w).await;
+            (pp, ok)
         })
         .await;
         Ok::<_, BoxError>((mux_ops, mux_lat, pp_ops, pp_lat, single))

@@ -6,8 +6,12 @@
 //! runtime, a registration on the first wait, a removal when the reply wins, the driver's lock
 //! both times), which was over a third of a local ask's time. Here an ask that has to wait takes a
 //! slot in one of a few striped slabs under a short lock, and gives it back when it ends; a task
-//! wakes every tick and wakes the asks whose deadline has passed. A deadline is met up to one
-//! tick (plus scheduling delay) late, never early.
+//! wakes every tick and wakes the asks whose deadline has passed.
+//!
+//! An ask does not even read the clock (a read was a twentieth of a local ask): its slot holds
+//! the timeout, and the first sweep that sees the slot fixes the deadline from the sweep's own
+//! reading, taken under the slab's lock and so after the ask took its slot. A deadline is thus
+//! met up to two ticks (plus scheduling delay) late, never early.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -41,13 +45,22 @@ struct Slab {
 
 enum Slot {
     Free,
-    /// Waiting until `at` (ms since the origin); `waker` wakes the ask.
+    /// Waiting; `waker` wakes the ask.
     Waiting {
-        at: u64,
+        until: Until,
         waker: Waker,
     },
     /// The deadline passed; the ask has been woken to find out.
     Expired,
+}
+
+/// How long a waiting ask may wait.
+#[derive(Clone, Copy)]
+enum Until {
+    /// This long (ms) from the first sweep that sees the slot, which comes after the ask began.
+    After(u64),
+    /// Until then (ms since the origin).
+    At(u64),
 }
 
 /// Where a waiting ask's slot is.
@@ -72,8 +85,8 @@ impl Deadlines {
     /// Runs `fut` until it finishes or `timeout` has passed, whichever comes first.
     pub fn within<F: Future + Unpin>(&self, timeout: Duration, fut: F) -> Within<'_, F> {
         // Rounded up, so that the deadline is never early.
-        let at = self.inner.now_ms().saturating_add(timeout.as_millis().min(u128::from(u64::MAX)) as u64 + 1);
-        Within { fut, deadlines: &self.inner, at, key: None }
+        let ms = timeout.as_nanos().div_ceil(1_000_000).min(u128::from(u64::MAX)) as u64;
+        Within { fut, deadlines: &self.inner, timeout_ms: ms, key: None }
     }
 
     /// Asks waiting now.
@@ -88,11 +101,11 @@ impl Inner {
         self.origin.elapsed().as_millis().min(u128::from(u64::MAX)) as u64
     }
 
-    fn register(&self, at: u64, waker: Waker) -> Key {
+    fn register(&self, timeout_ms: u64, waker: Waker) -> Key {
         let stripe = stripe_of_this_thread();
         let mut slab = lock(&self.stripes[stripe]);
         slab.waiting += 1;
-        let slot = Slot::Waiting { at, waker };
+        let slot = Slot::Waiting { until: Until::After(timeout_ms), waker };
         let index = match slab.free.pop() {
             Some(i) => {
                 slab.slots[i as usize] = slot;
@@ -136,17 +149,28 @@ impl Inner {
         }
     }
 
-    /// Wakes every ask whose deadline has passed; the wakes happen outside the locks.
-    fn expire(&self, now: u64) {
+    /// Fixes the deadlines of asks seen for the first time and wakes every ask whose deadline
+    /// has passed; the wakes happen outside the locks.
+    fn expire(&self) {
         let mut due = Vec::new();
         for stripe in &self.stripes {
             let mut slab = lock(stripe);
             if slab.waiting == 0 {
                 continue;
             }
+            // Read under the lock: every slot seen here was taken before this reading.
+            let now = self.now_ms();
             let mut expired = 0;
             for slot in slab.slots.iter_mut() {
-                if matches!(slot, Slot::Waiting { at, .. } if *at <= now) {
+                let Slot::Waiting { until, .. } = slot else { continue };
+                let at = match *until {
+                    Until::After(ms) => {
+                        *until = Until::At(now.saturating_add(ms));
+                        continue;
+                    }
+                    Until::At(at) => at,
+                };
+                if at <= now {
                     if let Slot::Waiting { waker, .. } = std::mem::replace(slot, Slot::Expired) {
                         due.push(waker);
                         expired += 1;
@@ -180,7 +204,7 @@ async fn sweep(inner: Weak<Inner>) {
     loop {
         tick.tick().await;
         let Some(inner) = inner.upgrade() else { return };
-        inner.expire(inner.now_ms());
+        inner.expire();
     }
 }
 
@@ -188,7 +212,7 @@ async fn sweep(inner: Weak<Inner>) {
 pub(crate) struct Within<'a, F> {
     fut: F,
     deadlines: &'a Inner,
-    at: u64,
+    timeout_ms: u64,
     key: Option<Key>,
 }
 
@@ -206,10 +230,10 @@ impl<F: Future + Unpin> Future for Within<'_, F> {
         match this.key {
             // The first wait: only now is a slot worth taking.
             None => {
-                if this.deadlines.now_ms() >= this.at {
+                if this.timeout_ms == 0 {
                     return Poll::Ready(Err(Elapsed));
                 }
-                this.key = Some(this.deadlines.register(this.at, cx.waker().clone()));
+                this.key = Some(this.deadlines.register(this.timeout_ms, cx.waker().clone()));
             }
             Some(key) => {
                 if this.deadlines.expired(key, cx.waker()) {
@@ -259,6 +283,17 @@ mod tests {
         let r = d.within(Duration::from_millis(50), rx).await;
         assert_eq!(r, Err(Elapsed));
         assert!(start.elapsed() >= Duration::from_millis(50), "never early");
+        assert_eq!(d.waiting(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_zero_timeout_ends_at_the_first_wait() {
+        let d = Deadlines::start();
+        let (tx, rx) = oneshot::channel();
+        tx.send(3).unwrap();
+        assert_eq!(d.within(Duration::ZERO, rx).await, Ok(Ok(3)), "a reply already there is taken");
+        let (_tx, rx) = oneshot::channel::<u32>();
+        assert_eq!(d.within(Duration::ZERO, rx).await, Err(Elapsed));
         assert_eq!(d.waiting(), 0);
     }
 
