@@ -182,7 +182,6 @@ impl Cluster {
         self.inner.regions.read().unwrap_or_else(|e| e.into_inner()).get(key).cloned()
     }
 
-    /// Applies a membership view: addresses, fencing, coordinators, regions.
     /// Applies the membership's newest view: starts or stops this node's coordinators and tells
     /// the regions who leads. Both the membership watcher and `register` apply views; each takes
     /// the newest one under one lock, since an older copy applied after a newer one stops the
@@ -194,6 +193,7 @@ impl Cluster {
         self.apply_view(&v);
     }
 
+    /// Applies a membership view: addresses, fencing, coordinators, regions.
     fn apply_view(&self, v: &ClusterView) {
         *self.inner.view.lock().unwrap_or_else(|e| e.into_inner()) = v.clone();
         for (node, addr) in &v.addresses {
