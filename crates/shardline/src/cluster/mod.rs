@@ -94,7 +94,8 @@ impl Cluster {
         self.inner.node.now_ms()
     }
 
-    /// The membership as last seen.
+    /// The membership as this node last applied it: its coordinators and regions act on this view
+    /// (the membership may already hold a newer one, applied a moment later).
     pub fn view(&self) -> ClusterView {
         self.inner.view.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
