@@ -50,17 +50,27 @@ pub async fn run(args: BenchArgs) -> i32 {
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Closed-loop load: `workers` callers for `d`; returns (ops/s, latency).
-///
-/// Each caller owns a clone of `state`, which it lends to each call and gets back with the call's
-/// success: a call clones nothing shared and the callers share no counter, since an atomic every
-/// caller bumps on every call costs more than some of what is measured.
 async fn drive<S, F, Fut>(workers: u64, d: Duration, state: S, call: F) -> (f64, Latency)
 where
     S: Clone + Send + 'static,
     F: Fn(S, u64, u64) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = (S, bool)> + Send,
 {
-    let call = Arc::new(call);
+    let (ops, mut lat) = drive_raw(workers, d, state, Arc::new(call)).await;
+    (ops, percentiles(&mut lat))
+}
+
+/// Like [`drive`], with every latency sample (microseconds).
+///
+/// Each caller owns a clone of `state`, which it lends to each call and gets back with the call's
+/// success: a call clones nothing shared and the callers share no counter, since an atomic every
+/// caller bumps on every call costs more than some of what is measured.
+async fn drive_raw<S, F, Fut>(workers: u64, d: Duration, state: S, call: Arc<F>) -> (f64, Vec<u32>)
+where
+    S: Clone + Send + 'static,
+    F: Fn(S, u64, u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = (S, bool)> + Send,
+{
     let stop = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
     let mut tasks = Vec::new();
@@ -92,7 +102,77 @@ where
         }
     }
     let ops = lat.len() as f64 / start.elapsed().as_secs_f64();
-    (ops, percentiles(&mut lat))
+    (ops, lat)
+}
+
+/// How long each slice of a [`paired`] measurement lasts.
+const SLICE: Duration = Duration::from_millis(500);
+
+/// The runtime and its floor measured in alternating slices, so that both see the same machine:
+/// on these machines the speed of both drifts by 2x from one second to the next, and a ratio of
+/// two runs measured seconds apart reads that drift as much as the runtime.
+struct Paired {
+    /// Medians of the slices' rates.
+    ops: f64,
+    floor_ops: f64,
+    /// Over every sample of every slice.
+    lat: Latency,
+    floor_lat: Latency,
+    /// Runtime over floor, slice by slice (each pair of neighbouring slices), and their median.
+    ratios: Vec<f64>,
+    ratio: f64,
+}
+
+impl Paired {
+    /// Medians of the slices' rates for a duration of `d` per side (at least two slices each);
+    /// which side goes first alternates from round to round.
+    async fn run<S, F, Fut, T, G, Gut>(workers: u64, d: Duration, runtime: (S, F), floor: (T, G)) -> Paired
+    where
+        S: Clone + Send + 'static,
+        F: Fn(S, u64, u64) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = (S, bool)> + Send,
+        T: Clone + Send + 'static,
+        G: Fn(T, u64, u64) -> Gut + Send + Sync + 'static,
+        Gut: std::future::Future<Output = (T, bool)> + Send,
+    {
+        let rounds = (d.as_millis() / SLICE.as_millis()).max(2) as usize;
+        let (rs, rf) = (runtime.0, Arc::new(runtime.1));
+        let (fs, ff) = (floor.0, Arc::new(floor.1));
+        let (mut ops, mut floor_ops, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut lat, mut floor_lat) = (Vec::new(), Vec::new());
+        for round in 0..rounds {
+            let (a, b) = if round % 2 == 0 {
+                let a = drive_raw(workers, SLICE, rs.clone(), rf.clone()).await;
+                (a, drive_raw(workers, SLICE, fs.clone(), ff.clone()).await)
+            } else {
+                let b = drive_raw(workers, SLICE, fs.clone(), ff.clone()).await;
+                (drive_raw(workers, SLICE, rs.clone(), rf.clone()).await, b)
+            };
+            ratios.push(a.0 / b.0.max(1.0));
+            ops.push(a.0);
+            floor_ops.push(b.0);
+            lat.extend(a.1);
+            floor_lat.extend(b.1);
+        }
+        Paired {
+            ops: median(&ops),
+            floor_ops: median(&floor_ops),
+            lat: percentiles(&mut lat),
+            floor_lat: percentiles(&mut floor_lat),
+            ratio: median(&ratios),
+            ratios,
+        }
+    }
+}
+
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }
 
 /// References to `n` echo entities, each asked once so that they exist.
@@ -104,13 +184,13 @@ async fn started_echoes(echo: &EntityHandle<Echo>, n: u64) -> Result<Arc<Vec<Ent
     Ok(Arc::new(refs))
 }
 
-/// `workers` callers asking random echo entities for `d`.
-async fn ask_echoes(refs: &Arc<Vec<EntityRef<Echo>>>, workers: u64, d: Duration) -> (f64, Latency) {
-    drive(workers, d, refs.clone(), |refs, _, rng| async move {
-        let ok = refs[(rng % refs.len() as u64) as usize].ask(rng).await.is_ok();
-        (refs, ok)
-    })
-    .await
+/// The local floor's entity: a task behind a channel, replying on a oneshot.
+type FloorMailbox = mpsc::Sender<(u64, oneshot::Sender<u64>)>;
+
+/// One caller's ask of a random echo entity.
+async fn ask_echo(refs: Arc<Vec<EntityRef<Echo>>>, _: u64, rng: u64) -> (Arc<Vec<EntityRef<Echo>>>, bool) {
+    let ok = refs[(rng % refs.len() as u64) as usize].ask(rng).await.is_ok();
+    (refs, ok)
 }
 
 async fn local_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
@@ -119,11 +199,10 @@ async fn local_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let cluster = Cluster::builder().cluster_name("bench-local").build().await?;
     let echo: EntityHandle<Echo> = cluster.register::<Echo>(EntitySettings::new("echo").shards(1024)).await?;
     let refs = started_echoes(&echo, n).await?;
-    let (ops, lat) = ask_echoes(&refs, args.concurrency, d).await;
     // Baseline: one task per entity behind an mpsc channel, replies on a oneshot.
     let mut senders = Vec::new();
     for _ in 0..n {
-        let (tx, mut rx) = mpsc::channel::<(u64, oneshot::Sender<u64>)>(1024);
+        let (tx, mut rx): (FloorMailbox, _) = mpsc::channel(1024);
         tokio::spawn(async move {
             let mut count = 0u64;
             while let Some((m, reply)) = rx.recv().await {
@@ -135,22 +214,29 @@ async fn local_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
         senders.push(tx);
     }
     let senders = Arc::new(senders);
-    let (base_ops, base_lat) = drive(args.concurrency, d, senders, move |senders, _, rng| async move {
-        let (rtx, rrx) = oneshot::channel();
-        let ok = senders[(rng % n) as usize].send((rng, rtx)).await.is_ok() && rrx.await.is_ok();
-        (senders, ok)
-    })
+    let p = Paired::run(
+        args.concurrency,
+        d,
+        (refs, ask_echo),
+        (senders, move |senders: Arc<Vec<FloorMailbox>>, _, rng| async move {
+            let (rtx, rrx) = oneshot::channel();
+            let ok = senders[(rng % n) as usize].send((rng, rtx)).await.is_ok() && rrx.await.is_ok();
+            (senders, ok)
+        }),
+    )
     .await;
     Ok(json!({
         "scenario": "local-ask",
         "concurrency": args.concurrency,
         "entities": n,
-        "ops_per_s": ops,
-        "latency_us": lat,
+        "ops_per_s": p.ops,
+        "latency_us": p.lat,
         "baseline": "tokio mpsc + oneshot round trip, one task per entity",
-        "baseline_ops_per_s": base_ops,
-        "baseline_latency_us": base_lat,
-        "ratio": ops / base_ops.max(1.0),
+        "baseline_ops_per_s": p.floor_ops,
+        "baseline_latency_us": p.floor_lat,
+        "ratio": p.ratio,
+        "slice_ms": SLICE.as_millis() as u64,
+        "slice_ratios": p.ratios,
     }))
 }
 
@@ -218,8 +304,6 @@ async fn remote_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let echo: EntityHandle<Echo> = driver.register::<Echo>(EntitySettings::new("echo").shards(shards)).await?;
     settle(&echo, 1, Duration::from_secs(60)).await?;
     let refs = started_echoes(&echo, n).await?;
-    let (ops, lat) = ask_echoes(&refs, args.concurrency, d).await;
-    let (_, single) = ask_echoes(&refs, 1, Duration::from_secs(2)).await;
     // Floors: a bare TCP echo server in another process, its callers multiplexed over one
     // connection (the strongest floor: what the runtime does, bare), and one connection per
     // caller in ping-pong (a second figure); a single caller in ping-pong for one ask's latency.
@@ -230,53 +314,56 @@ async fn remote_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
         .stdout(std::process::Stdio::null())
         .spawn()?;
     let addr = format!("127.0.0.1:{port}");
-    let floors = async {
+    let measured = async {
         let mux = Arc::new(Multiplexed::connect(&addr).await?);
-        let (mux_ops, mux_lat) = drive(args.concurrency, d, mux, |mux, _, _| async move {
-            let ok = mux.call().await;
-            (mux, ok)
-        })
+        let many = Paired::run(
+            args.concurrency,
+            d,
+            (refs.clone(), ask_echo),
+            (mux, |mux: Arc<Multiplexed>, _, _| async move {
+                let ok = mux.call().await;
+                (mux, ok)
+            }),
+        )
         .await;
         let pp = Arc::new(PingPong::connect(&addr, args.concurrency).await?);
-        let (pp_ops, pp_lat) = drive(args.concurrency, d, pp.clone(), |pp, w, _| async move {
+        let pingpong = |pp: Arc<PingPong>, w, _| async move {
             let ok = pp.call(w).await;
             (pp, ok)
-        })
-        .await;
-        let (_, single) = drive(1, Duration::from_secs(2), pp, |pp, w, _| async move {
-            let ok = pp.call(w).await;
-            (pp, ok)
-        })
-        .await;
-        Ok::<_, BoxError>((mux_ops, mux_lat, pp_ops, pp_lat, single))
+        };
+        let (pp_ops, pp_lat) = drive(args.concurrency, d, pp.clone(), pingpong).await;
+        let single = Paired::run(1, Duration::from_secs(2), (refs, ask_echo), (pp, pingpong)).await;
+        Ok::<_, BoxError>((many, pp_ops, pp_lat, single))
     }
     .await;
     let _ = server.kill();
     let _ = server.wait();
-    let (base_ops, base_lat, pp_ops, pp_lat, base_single) = floors?;
+    let (many, pp_ops, pp_lat, single) = measured?;
     Ok(json!({
         "scenario": "remote-ask",
         "concurrency": args.concurrency,
         "entities": n,
-        "ops_per_s": ops,
-        "latency_us": lat,
-        "single_ask_p50_us": single.p50,
-        "single_ask_latency_us": single,
+        "ops_per_s": many.ops,
+        "latency_us": many.lat,
+        "single_ask_p50_us": single.lat.p50,
+        "single_ask_latency_us": single.lat,
         "baseline": format!(
             "bare loopback TCP echo, {} callers multiplexed by request id over one connection, batched writes, \
              {PAYLOAD}-byte payload",
             args.concurrency
         ),
-        "baseline_ops_per_s": base_ops,
-        "baseline_latency_us": base_lat,
-        "ratio": ops / base_ops.max(1.0),
-        "p99_ratio": lat.p99 / base_lat.p99.max(1.0),
+        "baseline_ops_per_s": many.floor_ops,
+        "baseline_latency_us": many.floor_lat,
+        "ratio": many.ratio,
+        "slice_ms": SLICE.as_millis() as u64,
+        "slice_ratios": many.ratios,
+        "p99_ratio": many.lat.p99 / many.floor_lat.p99.max(1.0),
         "pingpong_baseline": "bare loopback TCP echo, one connection per caller in ping-pong",
         "pingpong_ops_per_s": pp_ops,
         "pingpong_latency_us": pp_lat,
-        "pingpong_ratio": ops / pp_ops.max(1.0),
-        "baseline_single_p50_us": base_single.p50,
-        "single_ratio": single.p50 / base_single.p50.max(1.0),
+        "pingpong_ratio": many.ops / pp_ops.max(1.0),
+        "baseline_single_p50_us": single.floor_lat.p50,
+        "single_ratio": single.lat.p50 / single.floor_lat.p50.max(1.0),
     }))
 }
 

@@ -64,6 +64,51 @@ async fn full_mailbox_is_overloaded_not_unbounded() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_handler_leaves_its_whole_mailbox_to_messages() {
+    // While a handler runs, the region's linger nudges come and find the mailbox empty: one
+    // marker goes in, and must not take a place that the settings promise to messages.
+    logs();
+    let c = Cluster::builder().cluster_name("mbox-nudge").build().await.unwrap();
+    let h = c.register::<Log>(EntitySettings::new("log").shards(4).mailbox(3)).await.unwrap();
+    let e = h.entity_ref("slow");
+    e.ask(Cmd::Get).await.unwrap();
+    let slow = {
+        let e = e.clone();
+        tokio::spawn(async move { e.ask(Cmd::Sleep(3_000)).await })
+    };
+    // Several linger periods: nudges have come while the handler sleeps.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (mut accepted, mut refused) = (0, 0);
+    for i in 0..5 {
+        // An accepted ask waits behind the sleeping handler; a refused one returns at once.
+        match tokio::time::timeout(Duration::from_millis(100), e.ask(Cmd::Append(i))).await {
+            Err(_) => accepted += 1,
+            Ok(Err(Error::Overloaded(_))) => refused += 1,
+            Ok(other) => panic!("ask {i}: {other:?}"),
+        }
+    }
+    assert_eq!((accepted, refused), (3, 2), "a mailbox of 3 takes 3 messages behind a running handler");
+    slow.await.unwrap().unwrap();
+    // The abandoned asks were still processed, in order.
+    assert_eq!(e.ask(Cmd::Get).await.unwrap(), vec![0, 1, 2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entity_left_alone_ends_its_task_and_keeps_its_state() {
+    logs();
+    let c = Cluster::builder().cluster_name("linger").build().await.unwrap();
+    let h = c.register::<Log>(EntitySettings::new("log").shards(4)).await.unwrap();
+    let e = h.entity_ref("alone");
+    e.ask(Cmd::Append(1)).await.unwrap();
+    e.ask(Cmd::Append(2)).await.unwrap();
+    let h2 = h.clone();
+    eventually("the idle entity's task ends", Duration::from_secs(10), move || h2.active_entities() == 0).await;
+    assert_eq!(h.local_entities(), 1, "its state stays in memory");
+    // A fresh instance would answer with an empty log.
+    assert_eq!(e.ask(Cmd::Get).await.unwrap(), vec![1, 2], "the same instance answers again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn region_buffer_is_bounded() {
     // A proxy alone has nowhere to route: its buffer fills, then callers get Overloaded.
     logs();

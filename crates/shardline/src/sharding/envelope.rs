@@ -42,6 +42,10 @@ pub(crate) enum Body<E: Entity> {
     /// To an entity task from its shard: go idle if nothing else is waiting (or stop, when the
     /// shard is stopping). Never leaves the node.
     Retire,
+    /// To an entity task from its region, once per linger period: go idle if no message came
+    /// since the last nudge and nothing is waiting (stop instead, when the shard is stopping).
+    /// Never leaves the node.
+    Nudge,
     /// Starts the entity (its `started` hook runs) without a message: a remembered entity whose
     /// shard started here. Never leaves the node.
     Wake,

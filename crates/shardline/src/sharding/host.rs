@@ -2,7 +2,7 @@
 //! bounded mailbox, and go back to the map when their mailbox stays empty.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,12 +19,22 @@ use crate::sharding::envelope::{Body, Envelope, ReplyAddr, ReplySender};
 use crate::sharding::message::send_reply;
 use crate::sharding::node::Node;
 
-/// How long an entity task stays after its last message before its state goes back to the map.
+/// How often a region nudges its active entities (see [`ShardHost::nudge_active`]): an entity
+/// task stays between one and two of these after its last message before its state goes back
+/// to the map.
 pub(crate) const LINGER: Duration = Duration::from_millis(50);
 
 enum Slot<E: Entity> {
-    Idle { state: E, since: u32 },
-    Active { tx: mpsc::Sender<Envelope<E>>, abort: AbortHandle },
+    Idle {
+        state: E,
+        since: u32,
+    },
+    /// `nudged`: a marker from [`ShardHost::nudge_active`] is in the mailbox (at most one is).
+    Active {
+        tx: mpsc::Sender<Envelope<E>>,
+        abort: AbortHandle,
+        nudged: bool,
+    },
 }
 
 /// What entity tasks need from their region.
@@ -68,6 +78,13 @@ impl<E: Entity> Entities<E> {
         self.map.insert(id, Slot::Idle { state, since });
     }
 
+    /// The task of `id` took its nudge out of the mailbox: it may get the next one.
+    fn nudge_taken(&mut self, id: &EntityId) {
+        if let Some(Slot::Active { nudged, .. }) = self.map.get_mut(id) {
+            *nudged = false;
+        }
+    }
+
     /// Forgets an entity.
     fn forget(&mut self, id: &EntityId) {
         self.active.remove(id);
@@ -80,6 +97,9 @@ pub(crate) struct ShardHost<E: Entity> {
     /// The epoch this node hosts the shard at: raised in place when a newer coordinator
     /// allocates the shard here again, read by every message's context.
     epoch: Mutex<Epoch>,
+    /// How many times `epoch` was raised: entity tasks compare it with the count they last saw
+    /// instead of taking the epoch's lock for every message.
+    raises: AtomicU64,
     env: Arc<HostEnv>,
     entities: Mutex<Entities<E>>,
     stopping: AtomicBool,
@@ -96,6 +116,7 @@ impl<E: Entity> ShardHost<E> {
         Arc::new(ShardHost {
             shard,
             epoch: Mutex::new(epoch),
+            raises: AtomicU64::new(0),
             env,
             entities: Mutex::new(Entities { map: HashMap::new(), active: HashSet::new() }),
             stopping: AtomicBool::new(false),
@@ -156,7 +177,30 @@ impl<E: Entity> ShardHost<E> {
     /// The shard stays here at a newer epoch (never lowered).
     pub fn raise_epoch(&self, to: Epoch) {
         let mut e = self.epoch.lock().unwrap_or_else(|e| e.into_inner());
-        *e = (*e).max(to);
+        if to > *e {
+            *e = to;
+            self.raises.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// Sends every active entity the marker that lets it go idle if no message came since the
+    /// last one. One sweep per region every [`LINGER`] instead of a timer per entity task: a
+    /// timer polled on every wake-up cost a busy entity more than the sweep costs an idle one.
+    /// Only an empty mailbox gets one, and only while none is in it: the marker never takes a
+    /// place a message could have had (mailboxes have one place more than the settings say,
+    /// which only a marker may take), and never piles up behind a slow handler.
+    pub fn nudge_active(&self) {
+        let mut guard = self.lock();
+        let Entities { map, active } = &mut *guard;
+        for id in active.iter() {
+            if let Some(Slot::Active { tx, nudged: nudged @ false, .. }) = map.get_mut(id) {
+                if tx.capacity() == tx.max_capacity()
+                    && tx.try_send(Envelope { entity: id.clone(), body: Body::Nudge }).is_ok()
+                {
+                    *nudged = true;
+                }
+            }
+        }
     }
 
     /// Starts a remembered entity that is not running or in memory yet; false when the shard is
@@ -192,8 +236,10 @@ impl<E: Entity> ShardHost<E> {
     }
 
     fn deliver_locked(self: &Arc<Self>, map: &mut Entities<E>, env: Envelope<E>) {
-        if let Some(Slot::Active { tx, .. }) = map.get(&env.entity) {
-            match tx.try_send(env) {
+        if let Some(Slot::Active { tx, nudged, .. }) = map.get(&env.entity) {
+            // The last place is a marker's (see `nudge_active`) until the marker is in.
+            let full = !*nudged && tx.capacity() <= 1;
+            match if full { Err(mpsc::error::TrySendError::Full(env)) } else { tx.try_send(env) } {
                 Ok(()) => {}
                 Err(mpsc::error::TrySendError::Full(env)) => {
                     let err = Error::Overloaded(format!("mailbox of {} is full", env.entity));
@@ -211,11 +257,11 @@ impl<E: Entity> ShardHost<E> {
             Some(Slot::Idle { state, .. }) => (state, false),
             _ => (E::new(&id), true),
         };
-        let (tx, rx) = mpsc::channel(self.env.mailbox);
+        let (tx, rx) = mpsc::channel(self.env.mailbox + 1);
         self.active.fetch_add(1, Ordering::AcqRel);
         let task = tokio::spawn(run(self.clone(), id.clone(), state, fresh, rx, env));
         map.active.insert(id.clone());
-        map.insert(id, Slot::Active { tx, abort: task.abort_handle() });
+        map.insert(id, Slot::Active { tx, abort: task.abort_handle(), nudged: false });
     }
 
     /// Stops every entity after it finishes the messages it has: stop hooks run. Returns the
@@ -394,7 +440,7 @@ async fn process<E: Entity>(
                 send_reply(node.transport(), &addr.node, addr.req_id, result);
             }
         }
-        Body::Retire | Body::Wake => {}
+        Body::Retire | Body::Nudge | Body::Wake => {}
     }
 }
 
@@ -435,6 +481,7 @@ impl<E: Entity> Drop for TaskGuard<E> {
 }
 
 enum After<E: Entity> {
+    Busy(E),
     Next(Envelope<E>, E),
     Stop(E),
     Idle,
@@ -450,60 +497,55 @@ async fn run<E: Entity>(
 ) {
     let mut guard = TaskGuard { host: host.clone(), id: id.clone(), rx, in_flight: None, done: false };
     let node = host.env.node.clone();
+    // Read before the context takes the epoch, so that no raise in between goes unseen.
+    let mut raises = host.raises.load(Ordering::Acquire);
     let mut ctx = host.context(id.clone());
     if fresh {
         state.started(&mut ctx).await;
     }
     let retire = || Envelope { entity: id.clone(), body: Body::Retire };
-    // One timer for the task's life. It is not pushed back per message (re-arming a timer
-    // costs about as much as the message): when it fires after messages came, it is armed
-    // again; when it fires after none, the state goes back to the map and the task ends. An
-    // entity thus lingers between one and two `LINGER`s after its last message.
-    let linger = tokio::time::sleep(LINGER);
-    tokio::pin!(linger);
-    // Whether a message came since the timer last fired.
+    // Whether a message came since the last nudge (`ShardHost::nudge_active`).
     let mut busy = false;
     let mut next = Some(first);
     loop {
         let env = match next.take() {
             Some(e) => e,
-            None => match guard.rx.try_recv() {
-                Ok(e) => e,
-                Err(_) => loop {
-                    tokio::select! {
-                        biased;
-                        // The senders live in the map slot, which outlives this task.
-                        e = guard.rx.recv() => break e.unwrap_or_else(retire),
-                        _ = &mut linger => {
-                            if !busy {
-                                break retire();
-                            }
-                            busy = false;
-                            linger.as_mut().reset(tokio::time::Instant::now() + LINGER);
-                        }
-                    }
-                },
-            },
+            // The senders live in the map slot, which outlives this task.
+            None => guard.rx.recv().await.unwrap_or_else(retire),
         };
-        busy = true;
-        if matches!(env.body, Body::Retire) {
+        if matches!(env.body, Body::Retire | Body::Nudge) {
+            let nudge = matches!(env.body, Body::Nudge);
             // Decide under the map lock, where nothing new can arrive: go on, stop, or become
             // idle state in the map again.
             let after = {
                 let mut map = host.lock();
-                match guard.rx.try_recv() {
-                    Ok(e) => After::Next(e, state),
-                    Err(_) if host.stopping.load(Ordering::Acquire) => {
-                        map.forget(&id);
-                        After::Stop(state)
-                    }
-                    Err(_) => {
-                        map.idle(id.clone(), state, host.env.secs());
-                        After::Idle
+                let stopping = host.stopping.load(Ordering::Acquire);
+                if nudge {
+                    map.nudge_taken(&id);
+                }
+                if nudge && busy && !stopping {
+                    After::Busy(state)
+                } else {
+                    match guard.rx.try_recv() {
+                        Ok(e) => After::Next(e, state),
+                        Err(_) if stopping => {
+                            map.forget(&id);
+                            After::Stop(state)
+                        }
+                        Err(_) => {
+                            map.idle(id.clone(), state, host.env.secs());
+                            After::Idle
+                        }
                     }
                 }
             };
             match after {
+                After::Busy(s) => {
+                    // A message came since the last nudge: wait for the next one.
+                    state = s;
+                    busy = false;
+                    continue;
+                }
                 After::Next(e, s) => {
                     state = s;
                     next = Some(e);
@@ -523,8 +565,13 @@ async fn run<E: Entity>(
                 }
             }
         }
+        busy = true;
         // The epoch as of now: it may have been raised since the task started.
-        ctx.epoch = host.epoch();
+        let now = host.raises.load(Ordering::Acquire);
+        if now != raises {
+            raises = now;
+            ctx.epoch = host.epoch();
+        }
         process(&node, &mut state, &mut ctx, env, &mut guard.in_flight).await;
         if ctx.passivate {
             ctx.passivate = false;
@@ -535,7 +582,13 @@ async fn run<E: Entity>(
                 let mut map = host.lock();
                 loop {
                     match guard.rx.try_recv() {
-                        Ok(e) if matches!(e.body, Body::Retire) => continue,
+                        Ok(e) if matches!(e.body, Body::Nudge) => map.nudge_taken(&id),
+                        // The shard's stop marker, which comes after every message its shard
+                        // let in: this instance has stopped, and the stop waits for nothing else.
+                        Ok(e) if matches!(e.body, Body::Retire) => {
+                            map.forget(&id);
+                            break None;
+                        }
                         Ok(e) => break Some(e),
                         Err(_) => {
                             map.forget(&id);

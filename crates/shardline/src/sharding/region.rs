@@ -19,7 +19,7 @@ use super::claim::ShardClaim;
 use super::deadlines::Deadlines;
 use super::entity::Entity;
 use super::envelope::{Body, Envelope, ReplyAddr, WireEnvelope};
-use super::host::{fail, HostEnv, ShardHost};
+use super::host::{fail, HostEnv, ShardHost, LINGER};
 use super::settings::EntitySettings;
 use crate::error::Error;
 use crate::sharding::message::PeerMessage;
@@ -106,6 +106,7 @@ impl<E: Entity> Region<E> {
             wakeup: Wakeup::default(),
         });
         tokio::spawn(wakeup::run(Arc::downgrade(&region)));
+        tokio::spawn(linger(Arc::downgrade(&region)));
         if let Some(after) = region.settings.passivate_after {
             tokio::spawn(passivation(Arc::downgrade(&region), after));
         }
@@ -314,7 +315,7 @@ impl<E: Entity> Region<E> {
                     }
                 },
                 // Markers for local entity tasks never leave the node.
-                Body::Retire | Body::Wake => None,
+                Body::Retire | Body::Nudge | Body::Wake => None,
             }
         };
         Some(match msg {
@@ -424,6 +425,22 @@ impl<E: Entity> Timed for Region<E> {
     }
     fn fire(self: &Arc<Self>) {
         self.input(|e, now| e.handle_timeout(now));
+    }
+}
+
+/// Nudges the active entities of every hosted shard once per [`LINGER`], so that those that got
+/// no message for a while go back to being state in their shard's map.
+async fn linger<E: Entity>(region: std::sync::Weak<Region<E>>) {
+    let mut tick = tokio::time::interval(LINGER);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(r) = region.upgrade() else { return };
+        let hosts: Vec<Arc<ShardHost<E>>> = r.lock().hosts.values().cloned().collect();
+        drop(r);
+        for h in hosts {
+            h.nudge_active();
+        }
     }
 }
 
