@@ -53,7 +53,8 @@ impl<E: Entity> Clone for EntityHandle<E> {
 impl<E: Entity> EntityHandle<E> {
     /// A reference to entity `id` (no I/O: the entity starts on its first message).
     pub fn entity_ref(&self, id: impl AsRef<str>) -> EntityRef<E> {
-        EntityRef { region: self.region.clone(), id: EntityId::new(id) }
+        let id = EntityId::new(id);
+        EntityRef { shard: self.region.shard_of(id.as_str()), region: self.region.clone(), id }
     }
 
     /// The type's default ask timeout.
@@ -97,11 +98,13 @@ impl<E: Entity> EntityHandle<E> {
 pub struct EntityRef<E: Entity> {
     pub(crate) region: Arc<Region<E>>,
     pub(crate) id: EntityId,
+    /// The entity's shard, hashed once: every node agrees on it, so it never changes.
+    pub(crate) shard: ShardId,
 }
 
 impl<E: Entity> Clone for EntityRef<E> {
     fn clone(&self) -> Self {
-        EntityRef { region: self.region.clone(), id: self.id.clone() }
+        EntityRef { region: self.region.clone(), id: self.id.clone(), shard: self.shard }
     }
 }
 
@@ -122,7 +125,7 @@ impl<E: Entity> EntityRef<E> {
     /// Dropping the future abandons the reply; the message may still be processed.
     pub async fn ask_timeout(&self, msg: E::Message, timeout: Duration) -> Result<E::Reply, Error> {
         let (tx, rx) = oneshot::channel();
-        self.region.send(self.id.clone(), Body::Typed { msg, reply: Some(tx) })?;
+        self.region.send_in(self.shard, self.id.clone(), Body::Typed { msg, reply: Some(tx) })?;
         match self.region.deadlines().within(timeout, rx).await {
             Ok(Ok(r)) => r,
             // Nobody will answer: the entity panicked or its task was torn down mid-message.
@@ -134,6 +137,6 @@ impl<E: Entity> EntityRef<E> {
     /// Sends `msg` without waiting. Fails at once when the local region refuses it; after that,
     /// delivery is at most once.
     pub fn tell(&self, msg: E::Message) -> Result<(), Error> {
-        self.region.send(self.id.clone(), Body::Typed { msg, reply: None })
+        self.region.send_in(self.shard, self.id.clone(), Body::Typed { msg, reply: None })
     }
 }

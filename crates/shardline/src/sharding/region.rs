@@ -335,9 +335,9 @@ impl<E: Entity> Region<E> {
         self.settings.shard_of(id)
     }
 
-    /// Sends a message to entity `id` from this node.
-    pub fn send(self: &Arc<Self>, id: shardline_core::EntityId, body: Body<E>) -> Result<(), Error> {
-        let shard = self.shard_of(id.as_str());
+    /// Sends a message from this node to entity `id` of `shard` (the `shard_of` of its id,
+    /// which its reference hashed once).
+    pub fn send_in(self: &Arc<Self>, shard: ShardId, id: shardline_core::EntityId, body: Body<E>) -> Result<(), Error> {
         let mut env = Envelope { entity: id, body };
         if let Some(slot) = self.routes.get(shard.index()) {
             // The read guard is held while delivering, so once a refresh has withdrawn the route
