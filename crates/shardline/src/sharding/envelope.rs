@@ -6,6 +6,7 @@ use tokio::sync::oneshot;
 
 use super::entity::Entity;
 use crate::error::Error;
+use crate::transport::Owed;
 
 /// Where the reply of a remote ask goes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,6 +39,9 @@ pub(crate) enum Body<E: Entity> {
     Wire {
         payload: Vec<u8>,
         reply: Option<ReplyAddr>,
+        /// For an ask from another node: its reply is owed from arrival until it is queued
+        /// (`Transport::owe`), so that the replies to one read's asks leave in one write.
+        owed: Option<Owed>,
     },
     /// To an entity task from its shard: go idle if nothing else is waiting (or stop, when the
     /// shard is stopping). Never leaves the node.

@@ -427,7 +427,9 @@ async fn process<E: Entity>(
                 let _ = tx.send(Ok(r));
             }
         }
-        Body::Wire { payload, reply } => {
+        Body::Wire { payload, reply, owed } => {
+            // Owed until the reply is queued, at the end of this arm.
+            let _owed = owed;
             *in_flight = reply.map(InFlight::Remote);
             let result = match postcard::from_bytes::<E::Message>(&payload) {
                 Ok(msg) => {

@@ -286,10 +286,10 @@ impl<E: Entity> Region<E> {
             }
             st.fed_back |= !returned.is_empty() || !jammed.is_empty();
             for (to, msg) in returned {
-                st.engine.handle_undeliverable(now, &to, from_wire(msg));
+                st.engine.handle_undeliverable(now, &to, from_wire(msg, None));
             }
             for (to, msg) in jammed {
-                st.engine.handle_send_queue_full(now, &to, from_wire(msg));
+                st.engine.handle_send_queue_full(now, &to, from_wire(msg, None));
             }
         }
     }
@@ -298,7 +298,7 @@ impl<E: Entity> Region<E> {
     fn to_wire(&self, msg: RegionMessage<Envelope<E>>) -> Option<RegionMessage<WireEnvelope>> {
         let conv = |env: Envelope<E>| -> Option<WireEnvelope> {
             match env.body {
-                Body::Wire { payload, reply } => Some(WireEnvelope { entity: env.entity, payload, reply }),
+                Body::Wire { payload, reply, .. } => Some(WireEnvelope { entity: env.entity, payload, reply }),
                 Body::Typed { msg, reply } => match postcard::to_allocvec(&msg) {
                     Ok(payload) => {
                         let reply = reply.map(|tx| ReplyAddr {
@@ -368,8 +368,13 @@ impl<E: Entity> Region<E> {
     }
 }
 
-fn from_wire<E: Entity>(msg: RegionMessage<WireEnvelope>) -> RegionMessage<Envelope<E>> {
-    let conv = |w: WireEnvelope| Envelope { entity: w.entity, body: Body::Wire { payload: w.payload, reply: w.reply } };
+/// The internal form of a region message. `owe` makes the reply of an ask from another node
+/// owed until it is queued (see [`Body::Wire`]).
+fn from_wire<E: Entity>(msg: RegionMessage<WireEnvelope>, owe: Option<&Node>) -> RegionMessage<Envelope<E>> {
+    let conv = |w: WireEnvelope| {
+        let owed = owe.filter(|_| w.reply.is_some()).map(|n| n.transport().owe());
+        Envelope { entity: w.entity, body: Body::Wire { payload: w.payload, reply: w.reply, owed } }
+    };
     match msg {
         RegionMessage::Forward { shard, epoch, seq, stream, position, msg } => {
             RegionMessage::Forward { shard, epoch, seq, stream, position, msg: conv(msg) }
@@ -463,13 +468,14 @@ async fn passivation<E: Entity>(region: std::sync::Weak<Region<E>>, after: Durat
 impl<E: Entity> RegionDyn for Region<E> {
     fn on_region_frame(self: Arc<Self>, from: &NodeId, msg: RegionMessage<WireEnvelope>) {
         let refresh = !matches!(msg, RegionMessage::Forward { .. });
-        self.input_then(|e, now| e.handle_region_message(now, from, from_wire(msg)), refresh);
+        let msg = from_wire(msg, Some(&self.node));
+        self.input_then(|e, now| e.handle_region_message(now, from, msg), refresh);
     }
     fn on_coordinator_frame(self: Arc<Self>, from: &NodeId, msg: ToRegion) {
         self.input(|e, now| e.handle_coordinator_message(now, from, msg));
     }
     fn on_undeliverable(self: Arc<Self>, peer: &NodeId, msg: RegionMessage<WireEnvelope>) {
-        self.input(|e, now| e.handle_undeliverable(now, peer, from_wire(msg)));
+        self.input(|e, now| e.handle_undeliverable(now, peer, from_wire(msg, None)));
     }
     fn on_link_down(self: Arc<Self>, peer: &NodeId) {
         self.input(|e, now| e.handle_link_down(now, peer));

@@ -15,7 +15,11 @@
 //!   [`Inbound::on_unsendable`], so the rest of its batch still goes out.
 //! - **Back-pressure**: each peer has a bounded queue; [`Transport::send`] fails with
 //!   [`SendError::Full`] instead of growing.
-//! - **Coalescing**: the writer drains everything queued into one buffer per syscall.
+//! - **Coalescing**: the writer drains everything queued into one buffer per syscall. While the
+//!   node owes frames it is about to queue ([`Transport::owe`]: the replies to asks its entities
+//!   are handling), a writer woken by a lone frame lets the tasks that are ready run once before
+//!   it writes, so the replies to one read's worth of asks leave in one write, not one each; with
+//!   nothing owed (a lone ask) it writes at once.
 //! - **Reconnect**: exponential backoff with jitter (1 s doubling to 30 s). While a peer cannot be
 //!   reached, its queued and new frames are handed back at once as undeliverable, so the
 //!   sharding layer can reroute them.
@@ -91,7 +95,25 @@ pub(crate) struct Shared<M> {
     pub listen: SocketAddr,
     pub config: TransportConfig,
     pub handler: OnceLock<Arc<dyn Inbound<M>>>,
+    /// Its strong count, less one, is the number of frames owed ([`Owed`]).
+    pub owed: Arc<()>,
+    /// Writes to peers' sockets so far.
+    #[cfg(test)]
+    pub writes: std::sync::atomic::AtomicUsize,
 }
+
+impl<M> Shared<M> {
+    /// Whether some task of this node is about to queue a frame.
+    pub fn owes(&self) -> bool {
+        Arc::strong_count(&self.owed) > 1
+    }
+}
+
+/// A frame the node is about to queue (the reply to an ask one of its entities is handling),
+/// owed for as long as this lives. Only a hint for the writers (see the module docs): nothing
+/// waits for it, and one that is dropped without a frame costs at most one scheduler turn.
+#[derive(Debug)]
+pub struct Owed(#[allow(dead_code)] Arc<()>);
 
 /// The node's transport: a listener and one writer per peer, carrying messages of type `M`.
 pub struct Transport<M> {
@@ -120,7 +142,15 @@ impl<M: Payload> Transport<M> {
     pub fn new(me: NodeId, listener: &TcpListener, config: TransportConfig) -> Result<Transport<M>, std::io::Error> {
         let local_addr = listener.local_addr()?;
         let (loopback, rx) = tokio::sync::mpsc::channel(config.send_queue.max(1));
-        let shared = Arc::new(Shared { me, listen: local_addr, config, handler: OnceLock::new() });
+        let shared = Arc::new(Shared {
+            me,
+            listen: local_addr,
+            config,
+            handler: OnceLock::new(),
+            owed: Arc::new(()),
+            #[cfg(test)]
+            writes: Default::default(),
+        });
         Ok(Transport {
             shared,
             peers: Arc::default(),
@@ -213,6 +243,11 @@ impl<M: Payload> Transport<M> {
                 h.on_link_down(node);
             }
         }
+    }
+
+    /// Marks a frame as owed until the returned guard is dropped: see [`Owed`].
+    pub fn owe(&self) -> Owed {
+        Owed(self.shared.owed.clone())
     }
 
     /// Queues a message for `to` (this node included).
