@@ -125,7 +125,7 @@ impl<E: Entity> EntityRef<E> {
     /// Dropping the future abandons the reply; the message may still be processed.
     pub async fn ask_timeout(&self, msg: E::Message, timeout: Duration) -> Result<E::Reply, Error> {
         let (tx, rx) = oneshot::channel();
-        self.region.send_in(self.shard, self.id.clone(), Body::Typed { msg, reply: Some(tx) })?;
+        self.region.send_in(self.shard, &self.id, Body::Typed { msg, reply: Some(tx) })?;
         match self.region.deadlines().within(timeout, rx).await {
             Ok(Ok(r)) => r,
             // Nobody will answer: the entity panicked or its task was torn down mid-message.
@@ -137,6 +137,6 @@ impl<E: Entity> EntityRef<E> {
     /// Sends `msg` without waiting. Fails at once when the local region refuses it; after that,
     /// delivery is at most once.
     pub fn tell(&self, msg: E::Message) -> Result<(), Error> {
-        self.region.send_in(self.shard, self.id.clone(), Body::Typed { msg, reply: None })
+        self.region.send_in(self.shard, &self.id, Body::Typed { msg, reply: None })
     }
 }

@@ -31,7 +31,9 @@ enum Slot<E: Entity> {
     },
     /// `nudged`: a marker from [`ShardHost::nudge_active`] is in the mailbox (at most one is).
     Active {
-        tx: mpsc::Sender<Envelope<E>>,
+        /// The mailbox carries bodies: the task knows whose they are, so a send need not clone
+        /// the id (a count that the caller's core and the entity's core would both touch).
+        tx: mpsc::Sender<Body<E>>,
         abort: AbortHandle,
         nudged: bool,
     },
@@ -194,9 +196,7 @@ impl<E: Entity> ShardHost<E> {
         let Entities { map, active } = &mut *guard;
         for id in active.iter() {
             if let Some(Slot::Active { tx, nudged: nudged @ false, .. }) = map.get_mut(id) {
-                if tx.capacity() == tx.max_capacity()
-                    && tx.try_send(Envelope { entity: id.clone(), body: Body::Nudge }).is_ok()
-                {
+                if tx.capacity() == tx.max_capacity() && tx.try_send(Body::Nudge).is_ok() {
                     *nudged = true;
                 }
             }
@@ -218,48 +218,48 @@ impl<E: Entity> ShardHost<E> {
     /// Hands a message to its entity, starting it if needed. Never blocks.
     pub fn deliver(self: &Arc<Self>, env: Envelope<E>) {
         let mut map = self.lock();
-        self.deliver_locked(&mut map, env);
+        self.deliver_locked(&mut map, &env.entity, env.body);
     }
 
     /// Like `deliver`, but gives the message back once the shard is stopping, whose entities
     /// may already have handed their state over. For senders that route without the region's
     /// engine, which then buffers the message for the shard's next owner.
-    pub fn try_deliver(self: &Arc<Self>, env: Envelope<E>) -> Result<(), Envelope<E>> {
+    pub fn try_deliver(self: &Arc<Self>, id: &EntityId, body: Body<E>) -> Result<(), Body<E>> {
         let mut map = self.lock();
         // `stop` and `kill` set the flag before they take the map lock: seen here, or every
         // entity this delivery starts is one they stop.
         if self.stopping.load(Ordering::Acquire) {
-            return Err(env);
+            return Err(body);
         }
-        self.deliver_locked(&mut map, env);
+        self.deliver_locked(&mut map, id, body);
         Ok(())
     }
 
-    fn deliver_locked(self: &Arc<Self>, map: &mut Entities<E>, env: Envelope<E>) {
-        if let Some(Slot::Active { tx, nudged, .. }) = map.get(&env.entity) {
+    fn deliver_locked(self: &Arc<Self>, map: &mut Entities<E>, id: &EntityId, body: Body<E>) {
+        if let Some(Slot::Active { tx, nudged, .. }) = map.get(id) {
             // The last place is a marker's (see `nudge_active`) until the marker is in.
             let full = !*nudged && tx.capacity() <= 1;
-            match if full { Err(mpsc::error::TrySendError::Full(env)) } else { tx.try_send(env) } {
+            match if full { Err(mpsc::error::TrySendError::Full(body)) } else { tx.try_send(body) } {
                 Ok(()) => {}
-                Err(mpsc::error::TrySendError::Full(env)) => {
-                    let err = Error::Overloaded(format!("mailbox of {} is full", env.entity));
-                    fail(&self.env.node, env, err)
+                Err(mpsc::error::TrySendError::Full(body)) => {
+                    let err = Error::Overloaded(format!("mailbox of {id} is full"));
+                    fail(&self.env.node, body, err)
                 }
-                Err(mpsc::error::TrySendError::Closed(env)) => {
-                    let err = Error::Unavailable(format!("{} is stopping", env.entity));
-                    fail(&self.env.node, env, err)
+                Err(mpsc::error::TrySendError::Closed(body)) => {
+                    let err = Error::Unavailable(format!("{id} is stopping"));
+                    fail(&self.env.node, body, err)
                 }
             }
             return;
         }
-        let id = env.entity.clone();
-        let (state, fresh) = match map.remove(&id) {
+        let (state, fresh) = match map.remove(id) {
             Some(Slot::Idle { state, .. }) => (state, false),
-            _ => (E::new(&id), true),
+            _ => (E::new(id), true),
         };
+        let id = id.clone();
         let (tx, rx) = mpsc::channel(self.env.mailbox + 1);
         self.active.fetch_add(1, Ordering::AcqRel);
-        let task = tokio::spawn(run(self.clone(), id.clone(), state, fresh, rx, env));
+        let task = tokio::spawn(run(self.clone(), id.clone(), state, fresh, rx, body));
         map.active.insert(id.clone());
         map.insert(id, Slot::Active { tx, abort: task.abort_handle(), nudged: false });
     }
@@ -269,16 +269,16 @@ impl<E: Entity> ShardHost<E> {
     pub async fn stop(self: Arc<Self>) -> Option<Vec<u8>> {
         self.stopping.store(true, Ordering::Release);
         // Every active entity finishes its mailbox, then meets this marker and stops.
-        let active: Vec<(EntityId, mpsc::Sender<Envelope<E>>)> = self
+        let active: Vec<mpsc::Sender<Body<E>>> = self
             .lock()
-            .iter()
-            .filter_map(|(k, s)| match s {
-                Slot::Active { tx, .. } => Some((k.clone(), tx.clone())),
+            .values()
+            .filter_map(|s| match s {
+                Slot::Active { tx, .. } => Some(tx.clone()),
                 Slot::Idle { .. } => None,
             })
             .collect();
-        for (id, tx) in active {
-            let _ = tx.send(Envelope { entity: id, body: Body::Retire }).await;
+        for tx in active {
+            let _ = tx.send(Body::Retire).await;
         }
         let idle: Vec<(EntityId, E)> = {
             let mut map = self.lock();
@@ -373,8 +373,8 @@ impl<E: Entity> ShardHost<E> {
 }
 
 /// Tells the sender its message failed.
-pub(crate) fn fail<E: Entity>(node: &Node, env: Envelope<E>, err: Error) {
-    match env.body {
+pub(crate) fn fail<E: Entity>(node: &Node, body: Body<E>, err: Error) {
+    match body {
         Body::Typed { reply: Some(tx), .. } => {
             let _ = tx.send(Err(err));
         }
@@ -410,16 +410,16 @@ async fn process<E: Entity>(
     node: &Node,
     state: &mut E,
     ctx: &mut EntityContext,
-    env: Envelope<E>,
+    body: Body<E>,
     in_flight: &mut Option<InFlight<E>>,
 ) {
     if !node.may_host() {
         // Not processed, so the sender may safely try again where the shard lives now.
         let err = Error::Rejected(format!("{} may not host: its lease ran out", node.id()));
-        fail(node, env, err);
+        fail(node, body, err);
         return;
     }
-    match env.body {
+    match body {
         Body::Typed { msg, reply } => {
             *in_flight = reply.map(InFlight::Local);
             let r = state.handle(ctx, msg).await;
@@ -453,7 +453,7 @@ async fn process<E: Entity>(
 struct TaskGuard<E: Entity> {
     host: Arc<ShardHost<E>>,
     id: EntityId,
-    rx: mpsc::Receiver<Envelope<E>>,
+    rx: mpsc::Receiver<Body<E>>,
     in_flight: Option<InFlight<E>>,
     done: bool,
 }
@@ -469,9 +469,9 @@ impl<E: Entity> Drop for TaskGuard<E> {
         }
         self.host.lock().forget(&self.id);
         self.rx.close();
-        while let Ok(env) = self.rx.try_recv() {
+        while let Ok(body) = self.rx.try_recv() {
             let err = Error::Unavailable(format!("{} stopped before handling the message", self.id));
-            fail(&self.host.env.node, env, err);
+            fail(&self.host.env.node, body, err);
         }
         if let Some(reply) = self.in_flight.take() {
             let how = if panicked { "panicked" } else { "was stopped" };
@@ -484,7 +484,7 @@ impl<E: Entity> Drop for TaskGuard<E> {
 
 enum After<E: Entity> {
     Busy(E),
-    Next(Envelope<E>, E),
+    Next(Body<E>, E),
     Stop(E),
     Idle,
 }
@@ -494,8 +494,8 @@ async fn run<E: Entity>(
     id: EntityId,
     mut state: E,
     fresh: bool,
-    rx: mpsc::Receiver<Envelope<E>>,
-    first: Envelope<E>,
+    rx: mpsc::Receiver<Body<E>>,
+    first: Body<E>,
 ) {
     let mut guard = TaskGuard { host: host.clone(), id: id.clone(), rx, in_flight: None, done: false };
     let node = host.env.node.clone();
@@ -505,18 +505,17 @@ async fn run<E: Entity>(
     if fresh {
         state.started(&mut ctx).await;
     }
-    let retire = || Envelope { entity: id.clone(), body: Body::Retire };
     // Whether a message came since the last nudge (`ShardHost::nudge_active`).
     let mut busy = false;
     let mut next = Some(first);
     loop {
-        let env = match next.take() {
-            Some(e) => e,
+        let body = match next.take() {
+            Some(b) => b,
             // The senders live in the map slot, which outlives this task.
-            None => guard.rx.recv().await.unwrap_or_else(retire),
+            None => guard.rx.recv().await.unwrap_or(Body::Retire),
         };
-        if matches!(env.body, Body::Retire | Body::Nudge) {
-            let nudge = matches!(env.body, Body::Nudge);
+        if matches!(body, Body::Retire | Body::Nudge) {
+            let nudge = matches!(body, Body::Nudge);
             // Decide under the map lock, where nothing new can arrive: go on, stop, or become
             // idle state in the map again.
             let after = {
@@ -574,7 +573,7 @@ async fn run<E: Entity>(
             raises = now;
             ctx.epoch = host.epoch();
         }
-        process(&node, &mut state, &mut ctx, env, &mut guard.in_flight).await;
+        process(&node, &mut state, &mut ctx, body, &mut guard.in_flight).await;
         if ctx.passivate {
             ctx.passivate = false;
             // The slot stays active while the stop hook runs, so new messages wait in the
@@ -584,10 +583,10 @@ async fn run<E: Entity>(
                 let mut map = host.lock();
                 loop {
                     match guard.rx.try_recv() {
-                        Ok(e) if matches!(e.body, Body::Nudge) => map.nudge_taken(&id),
+                        Ok(Body::Nudge) => map.nudge_taken(&id),
                         // The shard's stop marker, which comes after every message its shard
                         // let in: this instance has stopped, and the stop waits for nothing else.
-                        Ok(e) if matches!(e.body, Body::Retire) => {
+                        Ok(Body::Retire) => {
                             map.forget(&id);
                             break None;
                         }

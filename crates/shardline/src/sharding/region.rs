@@ -178,9 +178,9 @@ impl<E: Entity> Region<E> {
                         // announced (StartShard, RaiseEpoch): anything else is a bug, refused.
                         Some(h) => {
                             warn!(type_key = %self.type_key, %shard, %epoch, hosted = %h.epoch(), "delivery at another epoch than the hosted one: refused");
-                            fail(&self.node, msg, Error::Unavailable(format!("{shard} is not hosted at {epoch}")))
+                            fail(&self.node, msg.body, Error::Unavailable(format!("{shard} is not hosted at {epoch}")))
                         }
-                        None => fail(&self.node, msg, Error::Unavailable(format!("{shard} is not started"))),
+                        None => fail(&self.node, msg.body, Error::Unavailable(format!("{shard} is not started"))),
                     },
                     RegionCommand::SendToRegion { to, msg } => {
                         if let Some(wire) = self.to_wire(msg) {
@@ -277,7 +277,7 @@ impl<E: Entity> Region<E> {
                         if matches!(msg.body, Body::Typed { reply: None, .. }) {
                             st.refused = Some(err.clone());
                         }
-                        fail(&self.node, msg, err);
+                        fail(&self.node, msg.body, err);
                     }
                 }
             }
@@ -337,21 +337,26 @@ impl<E: Entity> Region<E> {
 
     /// Sends a message from this node to entity `id` of `shard` (the `shard_of` of its id,
     /// which its reference hashed once).
-    pub fn send_in(self: &Arc<Self>, shard: ShardId, id: shardline_core::EntityId, body: Body<E>) -> Result<(), Error> {
-        let mut env = Envelope { entity: id, body };
+    pub fn send_in(
+        self: &Arc<Self>,
+        shard: ShardId,
+        id: &shardline_core::EntityId,
+        mut body: Body<E>,
+    ) -> Result<(), Error> {
         if let Some(slot) = self.routes.get(shard.index()) {
             // The read guard is held while delivering, so once a refresh has withdrawn the route
             // no delivery through it is still under way.
             let route = slot.read().unwrap_or_else(|e| e.into_inner());
             if let Some(host) = route.as_ref() {
-                match host.try_deliver(env) {
+                match host.try_deliver(id, body) {
                     Ok(()) => return Ok(()),
                     // The shard began stopping before the engine's route was withdrawn: the
                     // engine buffers it for the next owner.
-                    Err(back) => env = back,
+                    Err(back) => body = back,
                 }
             }
         }
+        let env = Envelope { entity: id.clone(), body };
         match self.input_then(|e, now| e.handle_send(now, shard, env), false) {
             Some(err) => Err(err),
             None => Ok(()),
@@ -504,7 +509,7 @@ impl<E: Entity> RegionDyn for Region<E> {
     fn fail_buffered(&self, why: &str) {
         let taken = self.lock().engine.take_buffered();
         for (_, env) in taken {
-            fail(&self.node, env, Error::Unavailable(why.to_string()));
+            fail(&self.node, env.body, Error::Unavailable(why.to_string()));
         }
     }
     fn homes(&self) -> Vec<Option<NodeId>> {
