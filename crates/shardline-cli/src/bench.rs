@@ -416,6 +416,7 @@ async fn idle_memory(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     Ok(json!({
         "scenario": "idle-memory",
         "heap_bytes_per_entity": (heap_after - heap_before) as f64 / n as f64,
+        "heap_peak_bytes": crate::heap::peak(),
         "entities": n,
         "entities_in_memory": in_memory,
         "entities_with_a_task": active,

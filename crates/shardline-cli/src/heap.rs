@@ -14,20 +14,26 @@ pub struct Counting;
 
 static ON: AtomicBool = AtomicBool::new(false);
 static LIVE: AtomicI64 = AtomicI64::new(0);
+static PEAK: AtomicI64 = AtomicI64::new(0);
+
+fn grew(by: i64) {
+    let now = LIVE.fetch_add(by, Ordering::Relaxed) + by;
+    PEAK.fetch_max(now, Ordering::Relaxed);
+}
 
 // Only forwards to `System`, with the same layout, and counts: it adds no precondition.
 #[allow(unsafe_code)]
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if ON.load(Ordering::Relaxed) {
-            LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
+            grew(layout.size() as i64);
         }
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         if ON.load(Ordering::Relaxed) {
-            LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
+            grew(layout.size() as i64);
         }
         unsafe { System.alloc_zeroed(layout) }
     }
@@ -41,7 +47,7 @@ unsafe impl GlobalAlloc for Counting {
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if ON.load(Ordering::Relaxed) {
-            LIVE.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
+            grew(new_size as i64 - layout.size() as i64);
         }
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -51,10 +57,16 @@ unsafe impl GlobalAlloc for Counting {
 /// so measure a difference between two reads taken while counting.
 pub fn start() {
     LIVE.store(0, Ordering::Relaxed);
+    PEAK.store(0, Ordering::Relaxed);
     ON.store(true, Ordering::Relaxed);
 }
 
 /// Live bytes allocated since [`start`] minus those freed.
 pub fn live() -> i64 {
     LIVE.load(Ordering::Relaxed)
+}
+
+/// The most live bytes at any moment since [`start`].
+pub fn peak() -> i64 {
+    PEAK.load(Ordering::Relaxed)
 }

@@ -109,6 +109,38 @@ async fn an_entity_left_alone_ends_its_task_and_keeps_its_state() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_fresh_entities_leaves_few_tasks_behind() {
+    // Lingering tasks go idle on the region's nudges, which a busy runtime serves late: a burst
+    // of fresh entities must not leave a task (and its mailbox) behind for each of them.
+    logs();
+    let c = Cluster::builder().cluster_name("burst").build().await.unwrap();
+    let h = c.register::<Log>(EntitySettings::new("log").shards(1)).await.unwrap();
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut callers = Vec::new();
+    for _ in 0..16 {
+        let (h, next) = (h.clone(), next.clone());
+        callers.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= 4_000 {
+                    return;
+                }
+                h.entity_ref(format!("e{i}")).ask(Cmd::Append(1)).await.unwrap();
+            }
+        }));
+    }
+    for c in callers {
+        c.await.unwrap();
+    }
+    // Less than a linger period: the nudges have not idled these yet (that takes two).
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let active = h.active_entities();
+    // 32 lingering per shard, and the last asks' tasks that had yet to look when they answered.
+    assert!(active <= 32 + 16, "{active} of 4,000 fresh entities still have a task");
+    assert_eq!(h.local_entities(), 4_000, "and every one kept its state");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn region_buffer_is_bounded() {
     // A proxy alone has nowhere to route: its buffer fills, then callers get Overloaded.
     logs();
