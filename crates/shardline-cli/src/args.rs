@@ -72,6 +72,9 @@ pub struct NodeArgs {
     /// but letters and digits).
     #[arg(long, env = "SHARDLINE_STORE_SCHEMA")]
     pub store_schema: Option<String>,
+    /// Serve the admin HTTP API (health probes, Prometheus metrics) on this address, host:port.
+    #[arg(long, env = "SHARDLINE_ADMIN")]
+    pub admin: Option<String>,
 }
 
 /// How a process finds its cluster, and how partitions are resolved (the same on every member).

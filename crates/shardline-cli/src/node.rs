@@ -53,6 +53,22 @@ async fn start(args: &NodeArgs, journal: &Arc<dyn Journal>) -> Result<Cluster, S
     Ok(cluster)
 }
 
+/// Serves `cluster`'s admin API on `addr` in a task of its own.
+async fn serve_admin(
+    addr: std::net::SocketAddr,
+    cluster: &Cluster,
+    metrics: Option<shardline_admin::PrometheusHandle>,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    info!(%addr, "admin API listening");
+    let router = shardline_admin::router(cluster.clone(), metrics);
+    Ok(tokio::spawn(async move {
+        if let Err(e) = shardline_admin::serve(listener, router).await {
+            error!(%addr, error = %e, "the admin API stopped");
+        }
+    }))
+}
+
 /// A second signal during the leave: stop at once. Shards still here are not handed off; peers
 /// see this node as crashed and take them once its membership lapses.
 fn cut_short(cluster: &Cluster) -> i32 {
@@ -84,6 +100,27 @@ pub async fn run(args: NodeArgs) -> i32 {
             return 1;
         }
     };
+    // The admin API's address is checked before anything joins; the listener is bound again for
+    // each incarnation, whose cluster it serves.
+    let metrics = args.admin.as_ref().and_then(|_| match shardline_admin::install_prometheus() {
+        Ok(h) => Some(h),
+        Err(e) => {
+            warn!(error = %e, "the admin API serves no metrics");
+            None
+        }
+    });
+    let mut admin_addr = None;
+    if let Some(a) = &args.admin {
+        match tokio::net::TcpListener::bind(a).await.and_then(|l| l.local_addr()) {
+            Ok(addr) => admin_addr = Some(addr),
+            Err(e) => {
+                error!(addr = %a, error = %e, "cannot listen for the admin API");
+                eprintln!("cannot listen for the admin API on {a}: {e}");
+                return 1;
+            }
+        }
+    }
+    let mut admin: Option<tokio::task::JoinHandle<()>> = None;
     let mut first = true;
     loop {
         let cluster = match start(&args, &journal).await {
@@ -100,6 +137,19 @@ pub async fn run(args: NodeArgs) -> i32 {
             }
         };
         first = false;
+        if let Some(a) = admin_addr {
+            if let Some(old) = admin.take() {
+                old.abort();
+                let _ = old.await;
+            }
+            admin = match serve_admin(a, &cluster, metrics.clone()).await {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    error!(addr = %a, error = %e, "cannot listen for the admin API");
+                    return 1;
+                }
+            };
+        }
         info!(node = %cluster.node_id(), addr = %cluster.local_addr(), membership = %args.members.membership, store = %args.store, "serving");
         tokio::select! {
             _ = term.recv() => {}

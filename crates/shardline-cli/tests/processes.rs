@@ -398,3 +398,51 @@ async fn a_load_driver_joins_a_running_cluster_and_audits_what_it_wrote() {
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("load failed: not every shard had a home"), "{text}");
 }
+
+/// `GET path` on its own connection to `127.0.0.1:port`: the status and the body.
+async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.ok()?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).await.ok()?;
+    let (head, body) = raw.split_once("\r\n\r\n")?;
+    Some((head.split_whitespace().nth(1)?.parse().ok()?, body.to_string()))
+}
+
+/// `--admin`: a node process serves its health probes and metrics, and keeps serving them while
+/// it leaves; an address it cannot listen on stops it before it joins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_process_serves_its_admin_api() {
+    let (p1, admin) = (free_port(), free_port());
+    let mut n1 = spawn_with("n1", p1, p1, &["--admin", &format!("127.0.0.1:{admin}")], Stdio::null(), "warn");
+    let start = Instant::now();
+    loop {
+        match http_get(admin, "/health/ready").await {
+            Some((200, body)) => {
+                assert!(body.contains("\"Up\""), "{body}");
+                break;
+            }
+            Some((503, _)) | None => {}
+            other => panic!("unexpected answer: {other:?}"),
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "never ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, _) = http_get(admin, "/metrics").await.expect("metrics answer");
+    assert_eq!(status, 200);
+    let (status, body) = http_get(admin, "/nope").await.expect("an answer");
+    assert_eq!(status, 404);
+    assert!(body.contains("\"error\""), "{body}");
+    signal(&n1, libc::SIGTERM);
+    assert_eq!(exit_code(&mut n1, "the leaving node", Duration::from_secs(60)).await, Some(0));
+
+    let out = Command::new(env!("CARGO_BIN_EXE_shardline"))
+        .args(["node", "--name", "n2", "--bind", &format!("127.0.0.1:{}", free_port()), "--admin", "256.0.0.1:80"])
+        .args(["--store", "memory"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot listen for the admin API on 256.0.0.1:80"));
+}

@@ -48,12 +48,12 @@ pub(crate) mod sharding;
 pub mod transport;
 
 pub use clock::Clock;
-pub use cluster::{Cluster, ClusterBuilder};
+pub use cluster::{Cluster, ClusterBuilder, Readiness};
 pub use entity::{
     Entities, Entity, EntityContext, EntityHandle, EntityRef, EntitySettings, EventSourced, EventSourcedHandle,
     EventSourcedSettings, StrategyKind,
 };
 pub use error::{ConfigError, Error, Processed, TransportError};
 pub use membership::{ClusterView, Gossip, GossipConfig, MembershipProvider};
-pub use shardline_core::{EntityId, Epoch, NodeId, ShardId};
+pub use shardline_core::{EntityId, Epoch, MemberStatus, NodeId, ShardId};
 pub use transport::TransportConfig;

@@ -4,8 +4,10 @@
 
 mod builder;
 mod dispatch;
+mod readiness;
 
 pub use builder::ClusterBuilder;
+pub use readiness::Readiness;
 
 use std::any::TypeId;
 use std::collections::HashMap;

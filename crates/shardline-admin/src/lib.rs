@@ -1,0 +1,76 @@
+//! The admin HTTP API of a Shardline node, for orchestrators and operators
+//! (`shardline node --admin HOST:PORT`).
+//!
+//! - `GET /health/live`: 200 while the node's process serves at all: liveness, the probe whose
+//!   failure makes an orchestrator restart the process.
+//! - `GET /health/ready`: 200 once the node is `Up` and has started every shard it was given;
+//!   503 otherwise (joining, leaving, down), with the reason. It asks no other node, so a slow
+//!   member never holds up a rolling update ([`shardline::Readiness`]).
+//! - `GET /metrics`: the runtime's counters in Prometheus' text format, from the process's
+//!   `metrics` recorder ([`install_prometheus`]).
+//!
+//! Every answer is JSON but the metrics; every 4xx and 5xx is `{"error": "..."}`: an unknown
+//! path is a 404, a wrong method a 405.
+//!
+//! ```no_run
+//! # async fn run(cluster: shardline::Cluster) -> std::io::Result<()> {
+//! let metrics = shardline_admin::install_prometheus().ok();
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:9090").await?;
+//! shardline_admin::serve(listener, shardline_admin::router(cluster, metrics)).await
+//! # }
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod error;
+mod health;
+
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use metrics_exporter_prometheus::PrometheusBuilder;
+pub use metrics_exporter_prometheus::PrometheusHandle;
+use shardline::Cluster;
+
+pub use error::{AdminError, ApiError};
+
+/// What the handlers share.
+#[derive(Clone)]
+struct AdminState {
+    cluster: Cluster,
+    metrics: Option<PrometheusHandle>,
+}
+
+/// The admin API of `cluster`'s node. `metrics` renders `/metrics`; without it that path answers
+/// 503 (this process records no metrics).
+pub fn router(cluster: Cluster, metrics: Option<PrometheusHandle>) -> Router {
+    Router::new()
+        .route("/health/live", get(health::live))
+        .route("/health/ready", get(health::ready))
+        .route("/metrics", get(prometheus))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such path") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this path")
+        })
+        .with_state(AdminState { cluster, metrics })
+}
+
+/// Serves `router` on `listener` until the process ends or the listener fails.
+pub async fn serve(listener: tokio::net::TcpListener, router: Router) -> std::io::Result<()> {
+    axum::serve(listener, router).await
+}
+
+/// Installs a Prometheus recorder as the process's `metrics` recorder and returns the handle that
+/// renders it. Fails when the process has a recorder already.
+pub fn install_prometheus() -> Result<PrometheusHandle, AdminError> {
+    PrometheusBuilder::new().install_recorder().map_err(|e| AdminError::Metrics(e.to_string()))
+}
+
+async fn prometheus(axum::extract::State(s): axum::extract::State<AdminState>) -> Response {
+    match &s.metrics {
+        Some(h) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], h.render()).into_response(),
+        None => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "this process records no metrics").into_response(),
+    }
+}
