@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, unit, property, multi-node and multi-process tests
-# (real partitions between network namespaces among them: run as root), 10,000 simulated
-# schedules of each simulated world, and a short demo run. Installs what it
-# needs from Debian's packages when missing.
+# The whole test suite: formatting, lints, the Kubernetes manifests' schemas, unit, property,
+# multi-node and multi-process tests (real partitions between network namespaces among them: run
+# # as root), 10,000 simulated schedules of each simulated world, and a short demo run. Installs what
+# it needs from Debian's packages (and the manifests' checker from PyPI) when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,6 +43,11 @@ echo "== docs"
 # Every crate's docs, with every feature, without a single warning (rustdoc's or cargo's).
 docs=$(RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features 2>&1) || { echo "$docs"; exit 1; }
 if grep -q "^warning" <<<"$docs"; then echo "$docs"; exit 1; fi
+echo "== kubernetes manifests"
+# Checked against the Kubernetes API's schemas, offline (no API server): kubernetes-validate
+# from PyPI bundles them.
+python3 -c 'import kubernetes_validate' 2>/dev/null || python3 -m pip install -q kubernetes-validate
+python3 -m kubernetes_validate --strict --quiet deploy/kubernetes/*.yaml
 echo "== simulation (${SHARDLINE_SIM_SCHEDULES:=10000} schedules)"
 SHARDLINE_SIM_SCHEDULES=$SHARDLINE_SIM_SCHEDULES cargo test -p shardline-core --release sim -- --nocapture
 echo "== tests"
