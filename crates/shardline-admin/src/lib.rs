@@ -7,7 +7,8 @@
 //!   503 otherwise (joining, leaving, down), with the reason. It asks no other node, so a slow
 //!   member never holds up a rolling update ([`shardline::Readiness`]).
 //! - `GET /metrics`: the runtime's counters in Prometheus' text format, from the process's
-//!   `metrics` recorder ([`install_prometheus`]).
+//!   `metrics` recorder ([`install_prometheus`]), and per entity type the shards and entities
+//!   this node hosts and the messages it buffers, read at each scrape.
 //!
 //! Every answer is JSON but the metrics; every 4xx and 5xx is `{"error": "..."}`: an unknown
 //! path is a 404, a wrong method a 405.
@@ -70,7 +71,22 @@ pub fn install_prometheus() -> Result<PrometheusHandle, AdminError> {
 
 async fn prometheus(axum::extract::State(s): axum::extract::State<AdminState>) -> Response {
     match &s.metrics {
-        Some(h) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], h.render()).into_response(),
+        Some(h) => {
+            hosting_gauges(&s.cluster);
+            ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], h.render()).into_response()
+        }
         None => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "this process records no metrics").into_response(),
+    }
+}
+
+/// What the node hosts, read at each scrape rather than kept up to date on every message: the
+/// counts live in the regions already, and a gauge touched per message would cost every ask.
+fn hosting_gauges(cluster: &Cluster) {
+    for h in cluster.hosting() {
+        let t = h.type_key;
+        metrics::gauge!("shardline_shards_hosted", "type" => t.clone()).set(h.shards as f64);
+        metrics::gauge!("shardline_entities_in_memory", "type" => t.clone()).set(h.entities as f64);
+        metrics::gauge!("shardline_entities_active", "type" => t.clone()).set(h.active_entities as f64);
+        metrics::gauge!("shardline_messages_buffered", "type" => t).set(h.buffered as f64);
     }
 }

@@ -41,10 +41,11 @@ fn json(body: &str) -> Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
 }
 
-/// A node with one entity type and its admin API; returns the API's address.
+/// A node with one entity type, named as its cluster (the tests of this binary share one metrics
+/// recorder), and its admin API; returns the API's address.
 async fn node(name: &str, metrics: Option<metrics_exporter_prometheus::PrometheusHandle>) -> (Cluster, SocketAddr) {
     let c = Cluster::builder().cluster_name(name).build().await.unwrap();
-    c.register::<Echo>(EntitySettings::new("echo").shards(16)).await.unwrap();
+    c.register::<Echo>(EntitySettings::new(name).shards(16)).await.unwrap();
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(shardline_admin::serve(l, shardline_admin::router(c.clone(), metrics)));
@@ -134,4 +135,27 @@ async fn metrics_render_what_the_runtime_counts() {
         assert!(start.elapsed() < Duration::from_secs(10), "the bad frame was never counted:\n{body}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // What the node hosts, read at the scrape.
+    ready_within(addr, Duration::from_secs(10)).await;
+    let echo = c.handle::<Echo>().unwrap();
+    echo.entity_ref("a").ask(Ping).await.unwrap();
+    echo.entity_ref("b").ask(Ping).await.unwrap();
+    let (_, body) = request(addr, "GET", "/metrics").await;
+    for line in
+        ["shardline_shards_hosted{type=\"admin-metrics\"} 16", "shardline_entities_in_memory{type=\"admin-metrics\"} 2"]
+    {
+        assert!(body.lines().any(|l| l == line), "no line {line} in:\n{body}");
+    }
+    // Leaving stops every shard here, each counted with how long its entities took to stop.
+    c.leave().await.unwrap();
+    let (_, body) = request(addr, "GET", "/metrics").await;
+    // At least once each: a last node's leave sometimes stops its shards twice (see the design
+    // notes, "The admin API, first part").
+    let stops = body
+        .lines()
+        .find_map(|l| l.strip_prefix("shardline_shard_stops_total{type=\"admin-metrics\"} "))
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(stops.is_some_and(|n| n >= 16), "{body}");
+    assert!(body.lines().any(|l| l.starts_with("shardline_shard_stop_seconds")), "{body}");
+    assert!(body.lines().any(|l| l == "shardline_shards_hosted{type=\"admin-metrics\"} 0"), "{body}");
 }

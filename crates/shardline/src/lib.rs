@@ -55,5 +55,6 @@ pub use entity::{
 };
 pub use error::{ConfigError, Error, Processed, TransportError};
 pub use membership::{ClusterView, Gossip, GossipConfig, MembershipProvider};
+pub use sharding::region::Hosting;
 pub use shardline_core::{EntityId, Epoch, MemberStatus, NodeId, ShardId};
 pub use transport::TransportConfig;

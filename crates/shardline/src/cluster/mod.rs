@@ -333,6 +333,13 @@ impl Cluster {
         self.inner.node.transport().shutdown();
     }
 
+    /// What this node hosts, per registered entity type (sorted by type).
+    pub fn hosting(&self) -> Vec<crate::Hosting> {
+        let mut all: Vec<crate::Hosting> = self.regions().iter().map(|r| r.hosting()).collect();
+        all.sort_by(|a, b| a.type_key.cmp(&b.type_key));
+        all
+    }
+
     /// Shards each owner hosts, as the coordinator running on this node knows them (empty when
     /// this node does not lead).
     pub fn shard_counts(&self, type_key: &str) -> HashMap<NodeId, usize> {

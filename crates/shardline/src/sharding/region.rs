@@ -71,6 +71,23 @@ pub(crate) trait RegionDyn: Send + Sync {
     fn homes(&self) -> Vec<Option<NodeId>>;
     fn entity_count(&self) -> usize;
     fn active_count(&self) -> usize;
+    /// What this node hosts of the type, read under the engine's lock.
+    fn hosting(&self) -> Hosting;
+}
+
+/// What a node hosts of one entity type; see [`crate::Cluster::hosting`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hosting {
+    /// The entity type.
+    pub type_key: String,
+    /// Shards started here (stopping ones included).
+    pub shards: usize,
+    /// Entities in memory here, idle or running.
+    pub entities: usize,
+    /// Entities with a running task.
+    pub active_entities: usize,
+    /// Messages this node's region holds for shards that are moving or have no home yet.
+    pub buffered: usize,
 }
 
 impl<E: Entity> Region<E> {
@@ -250,15 +267,24 @@ impl<E: Entity> Region<E> {
                             if let Some(h) = host {
                                 h.kill();
                             }
+                            let t = self.settings.type_key.clone();
+                            metrics::counter!("shardline_shards_fenced_total", "type" => t).increment(1);
                             self.node.ownership_log(&self.type_key, shard, epoch, false);
                             warn!(type_key = %self.type_key, %shard, "shard stopped at once (fenced)");
                         } else {
                             let me = self.clone();
                             tokio::spawn(async move {
+                                let began = Instant::now();
                                 let handover = match host {
                                     Some(h) => h.stop().await,
                                     None => None,
                                 };
+                                // This node's part of a hand-off: its entities finished their
+                                // messages and stopped, their state is ready to go.
+                                let t = me.settings.type_key.clone();
+                                metrics::counter!("shardline_shard_stops_total", "type" => t.clone()).increment(1);
+                                metrics::histogram!("shardline_shard_stop_seconds", "type" => t)
+                                    .record(began.elapsed().as_secs_f64());
                                 me.node.ownership_log(&me.type_key, shard, epoch, false);
                                 debug!(type_key = %me.type_key, %shard, "shard stopped");
                                 me.input(|e, now| e.handle_shard_stopped(now, shard, handover));
@@ -521,5 +547,15 @@ impl<E: Entity> RegionDyn for Region<E> {
     }
     fn active_count(&self) -> usize {
         self.lock().hosts.values().map(|h| h.active_len()).sum()
+    }
+    fn hosting(&self) -> Hosting {
+        let st = self.lock();
+        Hosting {
+            type_key: self.settings.type_key.clone(),
+            shards: st.hosts.len(),
+            entities: st.hosts.values().map(|h| h.len()).sum(),
+            active_entities: st.hosts.values().map(|h| h.active_len()).sum(),
+            buffered: st.engine.buffered(),
+        }
     }
 }
