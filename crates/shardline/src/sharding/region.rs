@@ -399,19 +399,20 @@ impl<E: Entity> Region<E> {
     }
 }
 
-/// The internal form of a region message. `owe` makes the reply of an ask from another node
-/// owed until it is queued (see [`Body::Wire`]).
+/// The internal form of a region message. `owe` makes the reply of an ask forwarded here from
+/// another node owed until it is queued (see [`Body::Wire`]); a bounced ask, which goes on to
+/// wherever its shard lives now, owes nothing here.
 fn from_wire<E: Entity>(msg: RegionMessage<WireEnvelope>, owe: Option<&Node>) -> RegionMessage<Envelope<E>> {
-    let conv = |w: WireEnvelope| {
+    let conv = |w: WireEnvelope, owe: Option<&Node>| {
         let owed = owe.filter(|_| w.reply.is_some()).map(|n| n.transport().owe());
         Envelope { entity: w.entity, body: Body::Wire { payload: w.payload, reply: w.reply, owed } }
     };
     match msg {
         RegionMessage::Forward { shard, epoch, seq, stream, position, msg } => {
-            RegionMessage::Forward { shard, epoch, seq, stream, position, msg: conv(msg) }
+            RegionMessage::Forward { shard, epoch, seq, stream, position, msg: conv(msg, owe) }
         }
         RegionMessage::Bounce { shard, seq, reason, msg } => {
-            RegionMessage::Bounce { shard, seq, reason, msg: conv(msg) }
+            RegionMessage::Bounce { shard, seq, reason, msg: conv(msg, None) }
         }
         RegionMessage::Flush { shard, token } => RegionMessage::Flush { shard, token },
         RegionMessage::FlushAck { shard, token } => RegionMessage::FlushAck { shard, token },

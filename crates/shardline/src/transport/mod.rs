@@ -113,7 +113,10 @@ impl<M> Shared<M> {
 /// owed for as long as this lives. Only a hint for the writers (see the module docs): nothing
 /// waits for it, and one that is dropped without a frame costs at most one scheduler turn.
 #[derive(Debug)]
-pub struct Owed(#[allow(dead_code)] Arc<()>);
+pub struct Owed(
+    // Held only to be counted (`Arc::strong_count`).
+    #[allow(dead_code)] Arc<()>,
+);
 
 /// The node's transport: a listener and one writer per peer, carrying messages of type `M`.
 pub struct Transport<M> {
