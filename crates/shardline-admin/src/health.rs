@@ -15,19 +15,12 @@ pub(crate) async fn live() -> Json<Value> {
 /// 200 when [`shardline::Cluster::readiness`] says ready, 503 with the reason otherwise.
 pub(crate) async fn ready(State(s): State<AdminState>) -> (StatusCode, Json<Value>) {
     let r = s.cluster.readiness();
-    let status = r.status.map(|st| format!("{st:?}"));
-    match r.reason() {
-        None => {
-            (StatusCode::OK, Json(json!({ "status": status, "shards_given": r.given, "shards_started": r.started })))
-        }
-        Some(why) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({
-                "error": format!("not ready: {why}"),
-                "status": status,
-                "shards_given": r.given,
-                "shards_started": r.started,
-            })),
-        ),
-    }
+    let mut body = json!({
+        "status": r.status.map(|st| format!("{st:?}")),
+        "shards_given": r.given,
+        "shards_started": r.started,
+    });
+    let Some(why) = r.reason() else { return (StatusCode::OK, Json(body)) };
+    body["error"] = json!(format!("not ready: {why}"));
+    (StatusCode::SERVICE_UNAVAILABLE, Json(body))
 }

@@ -53,11 +53,18 @@ impl Cluster {
         let status = self.view().view.get(me).map(|m| m.status);
         let (mut given, mut started) = (0, 0);
         for region in self.regions() {
-            let hosted = region.hosted();
-            for (shard, home) in region.homes().iter().enumerate() {
+            let homes = region.homes();
+            // One pass each: a probe on a node of many shards must not cost shards × hosted.
+            let mut here = vec![false; homes.len()];
+            for (s, _) in region.hosted() {
+                if let Some(h) = here.get_mut(s.index()) {
+                    *h = true;
+                }
+            }
+            for (home, here) in homes.iter().zip(here) {
                 if home.as_ref() == Some(me) {
                     given += 1;
-                    started += usize::from(hosted.iter().any(|(s, _)| s.index() == shard));
+                    started += usize::from(here);
                 }
             }
         }
