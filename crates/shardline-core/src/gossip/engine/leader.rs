@@ -1,7 +1,7 @@
 //! Who leads: the oldest reachable `Up` member, with a term above every term heard of, taken
 //! only while no other member claims to lead.
 
-use super::{connected, GossipEngine, GossipEvent};
+use super::{connected, stale_after_ms, GossipEngine, GossipEvent};
 use crate::gossip::rng::SeededRng;
 use crate::id::NodeId;
 use crate::membership::{MemberStatus, PROXY_ROLE};
@@ -49,15 +49,28 @@ impl GossipEngine {
         }
     }
 
-    /// A member other than this one that this node reaches and whose latest status says it
-    /// leads.
+    /// A member other than this one whose latest status says it leads, and that this node
+    /// reaches or whose statuses still arrive (relayed by others) without it being down. The
+    /// second kind matters to a member that just joined: SWIM may not have told it of every
+    /// member yet, while the leader's status already reached it through one that it knows; it
+    /// found itself first in line among the few members it knew, and led a moment, long enough
+    /// for its coordinator to give away shards that members it did not know still hosted.
     fn other_claimant(&self) -> Option<NodeId> {
         let statuses = self.statuses.lock().unwrap_or_else(|e| e.into_inner());
-        self.foca
+        let reached = self
+            .foca
             .iter_members()
             .filter(|m| connected(&self.status_seen, &self.config, self.now, m))
             .filter_map(|m| m.id().node.clone())
-            .find(|n| *n != self.node && statuses.get(n).is_some_and(|s| s.leader_term != 0))
+            .find(|n| *n != self.node && statuses.get(n).is_some_and(|s| s.leader_term != 0));
+        reached.or_else(|| {
+            let stale = stale_after_ms(&self.config);
+            statuses
+                .iter()
+                .filter(|(n, s)| **n != self.node && s.leader_term != 0 && !self.down.contains_key(*n))
+                .find(|(n, _)| self.status_seen.get(*n).is_some_and(|(_, at)| self.now.saturating_sub(*at) < stale))
+                .map(|(n, _)| n.clone())
+        })
     }
 
     /// The member that should lead as far as this node can tell: the oldest reachable
