@@ -9,15 +9,19 @@ use tokio_postgres::Client;
 use crate::{col, db, to_i64, to_u64};
 
 /// Every check and write of an append in one statement: nothing is written unless the fence and
-/// the expected sequence number allow it, and the statement says which check failed instead of
-/// raising an error, so a refused append does not abort the transaction around it.
+/// the expected sequence number allow it and its request id has no recorded reply yet, and the
+/// statement says which check failed (with the recorded reply) instead of raising an error, so a
+/// refused append does not abort the transaction around it.
 pub(crate) const APPEND: &str = "
 WITH fence AS (
     SELECT term, seq FROM shardline_fences WHERE type_key = $1 AND shard = $2 FOR SHARE
 ), last AS (
     SELECT COALESCE(MAX(seq), 0) AS s FROM shardline_events WHERE persistence_id = $3
+), dup AS (
+    SELECT reply FROM shardline_replies WHERE persistence_id = $3 AND request_id = $12::TEXT
 ), ok AS (
     SELECT 1 FROM fence, last WHERE (fence.term, fence.seq) <= ($4::BIGINT, $5::BIGINT) AND last.s = $6::BIGINT
+        AND NOT EXISTS (SELECT 1 FROM dup)
 ), ins AS (
     INSERT INTO shardline_events (persistence_id, seq, type_name, schema_version, payload)
     SELECT $3, $6::BIGINT + e.ord, e.name, e.version, e.payload
@@ -37,7 +41,8 @@ WITH fence AS (
           SELECT request_id FROM shardline_replies WHERE persistence_id = $3 AND request_id <> $12::TEXT
           ORDER BY seq DESC, recorded DESC OFFSET GREATEST($14::BIGINT - 1, 0))
 )
-SELECT (SELECT term FROM fence), (SELECT seq FROM fence), (SELECT s FROM last), EXISTS (SELECT 1 FROM ok)";
+SELECT (SELECT term FROM fence), (SELECT seq FROM fence), (SELECT s FROM last), EXISTS (SELECT 1 FROM ok),
+    (SELECT reply FROM dup)";
 
 /// [`APPEND`] for a whole batch of appends to distinct persistence ids, in one statement: the
 /// server runs one statement per batch instead of one per append. (A batch that appends twice to
@@ -55,9 +60,13 @@ WITH req AS (
 ), last AS (
     SELECT r.idx, (SELECT COALESCE(MAX(e.seq), 0) FROM shardline_events e WHERE e.persistence_id = r.pid) AS s
     FROM req r
+), dup AS (
+    SELECT r.idx, d.reply FROM req r
+    JOIN shardline_replies d ON d.persistence_id = r.pid AND d.request_id = r.request_id
 ), ok AS (
     SELECT r.* FROM req r JOIN fence f ON f.idx = r.idx JOIN last l ON l.idx = r.idx
     WHERE (f.term, f.seq) <= (r.term, r.eseq) AND l.s = r.expected
+        AND NOT EXISTS (SELECT 1 FROM dup WHERE dup.idx = r.idx)
 ), ins AS (
     INSERT INTO shardline_events (persistence_id, seq, type_name, schema_version, payload)
     SELECT ok.pid, ok.expected + e.ord, e.name, e.version, e.payload
@@ -81,8 +90,8 @@ WITH req AS (
             ORDER BY seq DESC, recorded DESC OFFSET GREATEST(ok.win - 1, 0)) x
         WHERE ok.request_id IS NOT NULL)
 )
-SELECT f.term, f.seq, l.s, EXISTS (SELECT 1 FROM ok WHERE ok.idx = r.idx)
-FROM req r JOIN last l ON l.idx = r.idx LEFT JOIN fence f ON f.idx = r.idx
+SELECT f.term, f.seq, l.s, EXISTS (SELECT 1 FROM ok WHERE ok.idx = r.idx), dup.reply
+FROM req r JOIN last l ON l.idx = r.idx LEFT JOIN fence f ON f.idx = r.idx LEFT JOIN dup ON dup.idx = r.idx
 ORDER BY r.idx";
 
 /// Runs a batch of appends to distinct persistence ids as one [`APPEND_MANY`] statement in one
@@ -268,5 +277,8 @@ pub(crate) fn append_outcome(req: &AppendRequest, row: &tokio_postgres::Row) -> 
         _ => None,
     };
     req.fence.admitted_by(stored)?;
+    if let (Some(r), Some(reply)) = (&req.reply, col::<Option<Vec<u8>>>(row, 4)?) {
+        return Err(JournalError::Duplicate { persistence_id: pid.clone(), request_id: r.request_id.clone(), reply });
+    }
     Err(JournalError::Conflict { persistence_id: pid.clone(), expected: req.expected_seq, actual: last })
 }

@@ -486,6 +486,15 @@ async fn last_seq(tx: &impl GenericClient, pid: &str) -> Result<u64, JournalErro
 async fn append(tx: &Transaction<'_>, req: AppendRequest) -> Result<u64, JournalError> {
     check_fence(tx, &req.fence).await?;
     let pid = &req.persistence_id;
+    if let Some(r) = &req.reply {
+        if let Some(reply) = recorded_reply(tx, pid, &r.request_id).await? {
+            return Err(JournalError::Duplicate {
+                persistence_id: pid.clone(),
+                request_id: r.request_id.clone(),
+                reply,
+            });
+        }
+    }
     let last = last_seq(tx, pid).await?;
     if last != req.expected_seq {
         return Err(JournalError::Conflict { persistence_id: pid.clone(), expected: req.expected_seq, actual: last });

@@ -359,6 +359,15 @@ fn last_seq(c: &Connection, pid: &str) -> Result<u64, JournalError> {
 fn append(c: &Connection, req: &AppendRequest) -> Result<u64, JournalError> {
     check_fence(c, &req.fence)?;
     let pid = &req.persistence_id;
+    if let Some(r) = &req.reply {
+        if let Some(reply) = recorded_reply(c, pid, &r.request_id)? {
+            return Err(JournalError::Duplicate {
+                persistence_id: pid.clone(),
+                request_id: r.request_id.clone(),
+                reply,
+            });
+        }
+    }
     let last = last_seq(c, pid)?;
     if last != req.expected_seq {
         return Err(JournalError::Conflict { persistence_id: pid.clone(), expected: req.expected_seq, actual: last });
@@ -470,11 +479,12 @@ fn load_snapshot(c: &Connection, pid: &str) -> Result<Option<Snapshot>, JournalE
 }
 
 fn recorded_reply(c: &Connection, pid: &str, id: &str) -> Result<Option<Vec<u8>>, JournalError> {
-    c.query_row("SELECT reply FROM shardline_replies WHERE persistence_id = ?1 AND request_id = ?2", [pid, id], |r| {
-        r.get(0)
-    })
-    .optional()
-    .map_err(db)
+    // Prepared once: every append with a request id looks its id up first.
+    c.prepare_cached("SELECT reply FROM shardline_replies WHERE persistence_id = ?1 AND request_id = ?2")
+        .map_err(db)?
+        .query_row([pid, id], |r| r.get(0))
+        .optional()
+        .map_err(db)
 }
 
 fn recorded_replies(c: &Connection, pid: &str) -> Result<Vec<RecordedReply>, JournalError> {

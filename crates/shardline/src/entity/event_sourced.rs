@@ -10,7 +10,9 @@
 //! - appends the command's events, fenced by its shard's epoch and with the sequence number it
 //!   last saw, and answers only once they are durable;
 //! - records the reply with the events when the ask carries a request id, so that a retry (after
-//!   a timeout, a failover, a move) gets the recorded reply and changes nothing;
+//!   a timeout, a failover, a move) gets the recorded reply and changes nothing: answered from
+//!   the replies it loaded, and refused by the journal in the append's own transaction should
+//!   the entity not know of it (see [`JournalError::Duplicate`](crate::journal::JournalError));
 //! - writes a snapshot every [`EventSourcedSettings::snapshot_every`](super::EventSourcedSettings::snapshot_every) events.
 //!
 //! Its state survives moves and crashes alike: a new owner reads it back from the journal.
@@ -130,6 +132,15 @@ fn journal_error(e: JournalError) -> PersistError {
     }
 }
 
+/// A failed append's answer: the recorded reply when the journal found its request applied
+/// already (nothing was written again), the error otherwise.
+fn already_applied<R: DeserializeOwned>(pid: &str, e: JournalError) -> Result<R, PersistError> {
+    match e {
+        JournalError::Duplicate { request_id, reply, .. } => decode_reply(pid, &request_id, &reply),
+        e => Err(journal_error(e)),
+    }
+}
+
 fn decode_reply<R: DeserializeOwned>(pid: &str, rid: &str, bytes: &[u8]) -> Result<R, PersistError> {
     postcard::from_bytes(bytes).map_err(|e| PersistError::Unreadable(format!("{pid}: recorded reply of {rid}: {e}")))
 }
@@ -239,10 +250,10 @@ impl<T: EventSourced> Persistent<T> {
                 Ok(reply)
             }
             Err(e) => {
-                // Whatever we hold may be stale now (another writer, or an unknown commit):
-                // read it back before the next command.
+                // Whatever we hold may be stale now (another writer, an unknown commit, or a
+                // request applied without our knowing): read it back before the next command.
                 self.state = None;
-                Err(journal_error(e))
+                already_applied(&pid, e)
             }
         }
     }
@@ -269,8 +280,10 @@ impl<T: EventSourced> Persistent<T> {
         }
         let last = journal.last_seq(pid).await.map_err(journal_error)?;
         let (request, _) = self.append_request(ctx, pid, last, &events, request_id, &reply)?;
-        journal.append(request).await.map_err(journal_error)?;
-        Ok(reply)
+        match journal.append(request).await {
+            Ok(_) => Ok(reply),
+            Err(e) => already_applied(pid, e),
+        }
     }
 
     /// The append of a command's events after `expected`, with its reply recorded under its

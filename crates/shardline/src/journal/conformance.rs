@@ -60,6 +60,7 @@ pub async fn run_all(journal: Arc<dyn Journal>, prefix: &str) -> Check {
     snapshots_keep_the_latest(j, &format!("{prefix}-snap")).await?;
     remembered_entities_follow_their_appends(j, &format!("{prefix}-remember")).await?;
     replies_are_recorded_with_their_events(j, &format!("{prefix}-reply")).await?;
+    a_request_is_applied_once(journal.clone(), &format!("{prefix}-once")).await?;
     concurrent_writers_keep_each_history_linear(journal.clone(), &format!("{prefix}-many")).await?;
     concurrent_appends_record_and_remember(journal.clone(), &format!("{prefix}-many-replies")).await?;
     the_highest_term_covers_every_fence(j, &format!("{prefix}-term")).await?;
@@ -218,6 +219,61 @@ pub async fn replies_are_recorded_with_their_events(j: &dyn Journal, t: &str) ->
     ensure!(window == ["req-2", "req-3", "req-4"], "the window, oldest first: {window:?}");
     ensure!(j.last_seq(&pid).await.map_err(|e| e.to_string())? == 5, "the last sequence number");
     ensure!(j.last_seq(&format!("{t}|none")).await.map_err(|e| e.to_string())? == 0, "no events: 0");
+    Ok(())
+}
+
+/// An append whose request id has a recorded reply writes nothing and answers `Duplicate` with
+/// that reply, even when its expected sequence number is right (a writer that did not know the
+/// request was applied); alone, or in a batch with other appends, which go on. Once the reply
+/// left the window, the id is new again.
+pub async fn a_request_is_applied_once(journal: Arc<dyn Journal>, t: &str) -> Check {
+    let j = &*journal;
+    let f = fence(t, 0, e(1, 1));
+    j.raise_fence(&f).await.map_err(|e| e.to_string())?;
+    let pid = format!("{t}|a");
+    let with_id = |pid: &str, expected: u64, id: &str, reply: u8| {
+        let mut req = append(&f, pid, expected, 1);
+        req.reply = Some(RecordedReply { request_id: id.into(), reply: vec![reply, 0, 255] });
+        req.reply_window = 2;
+        req
+    };
+    j.append(with_id(&pid, 0, "r1", 1)).await.map_err(|e| e.to_string())?;
+    let is_dup = |r: &Result<u64, JournalError>, want: u8| matches!(r, Err(JournalError::Duplicate { request_id, reply, .. }) if request_id == "r1" && *reply == vec![want, 0, 255]);
+    let again = j.append(with_id(&pid, 1, "r1", 7)).await;
+    ensure!(is_dup(&again, 1), "a request applied once was taken again: {again:?}");
+    ensure!(j.last_seq(&pid).await.map_err(|e| e.to_string())? == 1, "a refused duplicate wrote events");
+    ensure!(
+        j.recorded_reply(&pid, "r1").await.map_err(|e| e.to_string())? == Some(vec![1, 0, 255]),
+        "a refused duplicate replaced the recorded reply"
+    );
+    // Many at once (a database groups them): each duplicate is refused alone, the rest go on;
+    // one request id on many entities is many requests.
+    for i in 0..24u64 {
+        j.append(with_id(&format!("{t}|m{i}"), 0, "r1", 1)).await.map_err(|e| e.to_string())?;
+    }
+    // Every entity gets a new request; the even ones also a duplicate (two appends to one
+    // entity in a batch, which a database may run another way).
+    let mut tasks = Vec::new();
+    for i in 0..24u64 {
+        let pid = format!("{t}|m{i}");
+        let mut reqs = vec![(false, with_id(&pid, 1, "r2", 2))];
+        if i % 2 == 0 {
+            reqs.push((true, with_id(&pid, 1, "r1", 8)));
+        }
+        for (dup, req) in reqs {
+            let journal = journal.clone();
+            tasks.push(tokio::spawn(async move { (i, dup, journal.append(req).await) }));
+        }
+    }
+    for task in tasks {
+        let (i, dup, r) = task.await.map_err(|e| e.to_string())?;
+        let ok = if dup { is_dup(&r, 1) } else { r == Ok(2) };
+        ensure!(ok, "append {i} (a duplicate: {dup}) of a batch with duplicates: {r:?}");
+    }
+    // Out of the window (2): applied anew.
+    j.append(with_id(&pid, 1, "r2", 2)).await.map_err(|e| e.to_string())?;
+    j.append(with_id(&pid, 2, "r3", 3)).await.map_err(|e| e.to_string())?;
+    ensure!(j.append(with_id(&pid, 3, "r1", 4)).await == Ok(4), "a request id out of the window was refused");
     Ok(())
 }
 

@@ -67,6 +67,16 @@ impl Journal for InMemoryJournal {
         let r = self.with(|t| {
             t.check_fence(&request.fence)?;
             let pid = request.persistence_id.clone();
+            if let Some(r) = &request.reply {
+                let recorded = t.replies.get(&pid).and_then(|m| m.iter().find(|((_, id), _)| *id == r.request_id));
+                if let Some((_, reply)) = recorded {
+                    return Err(JournalError::Duplicate {
+                        persistence_id: pid,
+                        request_id: r.request_id.clone(),
+                        reply: reply.clone(),
+                    });
+                }
+            }
             let last = t.events.get(&pid).and_then(|e| e.last()).map_or(0, |e| e.seq);
             if last != request.expected_seq {
                 return Err(JournalError::Conflict {

@@ -177,6 +177,19 @@ pub enum JournalError {
     /// The database refused the operation for another reason. Nothing was written.
     #[error("journal error: {0}")]
     Failed(String),
+    /// The append carries a request id whose reply is still recorded: that request was applied
+    /// already, and this append wrote nothing. Checked in the append's own transaction, so a
+    /// retry is never applied twice, whatever the writer believed it had (a recovery that raced
+    /// another writer, a state older than the journal); `reply` is the recorded one.
+    #[error("{persistence_id}: request {request_id} was applied already")]
+    Duplicate {
+        /// The persistence id.
+        persistence_id: String,
+        /// The request id.
+        request_id: String,
+        /// The reply recorded when it was applied.
+        reply: Vec<u8>,
+    },
     /// The connection was lost while the write was being committed: it may or may not be stored.
     /// Trying the same append again tells which (it is a `Conflict` if the first went through).
     #[error("journal commit outcome unknown: {0}")]
