@@ -189,3 +189,41 @@ fn a_registered_region_registers_again_when_asked() {
     r.handle_coordinator_message(3, &node("c"), ToRegion::CoordinatorStarted { term: 1 });
     assert!(rdrain(&mut r).is_empty());
 }
+
+/// A fenced region does nothing on a timeout, so it asks for none, whatever is sent to it after
+/// the fence: a deadline that stays due would have its driver call it forever (a real test's
+/// process spun at shutdown on one).
+#[test]
+fn a_fenced_region_asks_for_no_timeout() {
+    let mut r = region("a", 4);
+    r.handle_coordinator_changed(0, node("c"), 1);
+    r.handle_coordinator_message(1, &node("c"), ToRegion::Welcome { term: 1, homes: vec![] });
+    r.handle_coordinator_message(1, &node("c"), homes(&[(1, "b", 1)]));
+    r.handle_fenced(2);
+    r.handle_send(3, ShardId(1), 7);
+    r.handle_link_down(4, &node("c"));
+    // Frames that were on their way when the node was fenced come back.
+    let forward = RegionMessage::Forward { shard: ShardId(1), epoch: e(1), seq: 0, stream: 1, position: 1, msg: 8 };
+    r.handle_undeliverable(5, &node("b"), forward.clone());
+    r.handle_send_queue_full(6, &node("b"), forward);
+    let rejected = rdrain(&mut r)
+        .into_iter()
+        .filter(|c| matches!(c, RegionCommand::Reject { reason: RejectReason::Unavailable, .. }))
+        .count();
+    assert_eq!(rejected, 3, "the send and both frames that came back fail as not processed");
+    assert_eq!(r.buffered(), 0);
+    assert_eq!(r.poll_timeout(), None);
+}
+
+/// A registration that falls due is taken, sent again or not: the region never asks for a
+/// timeout that has passed.
+#[test]
+fn a_due_registration_does_not_stay_due() {
+    let mut r = region("a", 4);
+    r.handle_coordinator_changed(0, node("c"), 1);
+    let due = r.poll_timeout().expect("a registration to repeat");
+    r.handle_timeout(due);
+    assert!(r.poll_timeout().is_none_or(|t| t > due), "{:?}", r.poll_timeout());
+    r.handle_coordinator_message(due + 1, &node("c"), ToRegion::Welcome { term: 1, homes: vec![] });
+    assert!(r.poll_timeout().is_none_or(|t| t > due + 1), "{:?}", r.poll_timeout());
+}

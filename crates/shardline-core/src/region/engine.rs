@@ -213,6 +213,10 @@ impl<M> RegionEngine<M> {
 
     /// When [`handle_timeout`](Self::handle_timeout) must be called next.
     pub fn poll_timeout(&self) -> Option<u64> {
+        if self.fenced {
+            // A fenced region does nothing on a timeout (`handle_timeout`), so it asks for none.
+            return None;
+        }
         let t = self.timers.first().map(|(t, _)| *t);
         match (t, self.register_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -276,8 +280,13 @@ impl<M> RegionEngine<M> {
                 self.ask(now, shard);
             }
         }
-        if self.register_at.is_some_and(|t| t <= now) && !self.registered {
-            self.register(now);
+        if self.register_at.is_some_and(|t| t <= now) {
+            // Taken whether or not it registers again: a registration that cannot go out (no
+            // coordinator now) must not stay due, or the driver would be asked for it forever.
+            self.register_at = None;
+            if !self.registered {
+                self.register(now);
+            }
         }
     }
 }

@@ -58,7 +58,12 @@ pub(crate) async fn run<T: Timed>(driver: Weak<T>) {
             Some(t) => Duration::from_millis(t - now),
             None => Duration::from_secs(1),
         };
-        if !sleep.is_zero() {
+        if sleep.is_zero() {
+            // Due already: let other tasks run first, so that an engine whose deadline stays due
+            // (a bug) costs a busy task, not a worker thread that never yields.
+            drop(d);
+            tokio::task::yield_now().await;
+        } else {
             // A request made after this point leaves a permit: the wait below ends at once.
             let notify = d.wakeup().notify.clone();
             drop(d);

@@ -88,6 +88,10 @@ impl<M> RegionEngine<M> {
     /// The transport could not write a message to `to` at all (no connection): it was not
     /// processed, so it is taken back like a bounce.
     pub fn handle_undeliverable(&mut self, now: u64, to: &NodeId, msg: RegionMessage<M>) {
+        if self.fenced {
+            self.reject_fenced(msg);
+            return;
+        }
         match msg {
             RegionMessage::Forward { shard, seq, msg, .. } => self.take_back(now, to, shard, seq, msg),
             RegionMessage::Flush { shard, token } => {
@@ -105,6 +109,10 @@ impl<M> RegionEngine<M> {
     /// what the peer can take, and the next forward starts a new stream, so nothing sent after
     /// the marker can overtake the message taken back.
     pub fn handle_send_queue_full(&mut self, now: u64, to: &NodeId, msg: RegionMessage<M>) {
+        if self.fenced {
+            self.reject_fenced(msg);
+            return;
+        }
         match msg {
             RegionMessage::Forward { shard, seq, msg, .. } => {
                 let Some(s) = self.shards.get_mut(shard.index()) else { return };
@@ -136,6 +144,14 @@ impl<M> RegionEngine<M> {
         if self.coordinator.as_ref() == Some(peer) {
             self.registered = false;
             self.register(now);
+        }
+    }
+
+    /// A message that comes back to a fenced region fails as not processed: a fenced region
+    /// buffers nothing (it would wait for a home it never asks for again).
+    fn reject_fenced(&mut self, msg: RegionMessage<M>) {
+        if let RegionMessage::Forward { shard, msg, .. } = msg {
+            self.commands.push_back(RegionCommand::Reject { shard, msg, reason: RejectReason::Unavailable });
         }
     }
 
