@@ -281,8 +281,8 @@ impl<M> RegionEngine<M> {
             }
         }
         if self.register_at.is_some_and(|t| t <= now) {
-            // Taken whether or not it registers again: a registration that cannot go out (no
-            // coordinator now) must not stay due, or the driver would be asked for it forever.
+            // Taken first: `register` sets the next one only when it sends, and a deadline that
+            // stayed due would have the driver call this again at once, forever.
             self.register_at = None;
             if !self.registered {
                 self.register(now);
