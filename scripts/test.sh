@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, the Kubernetes manifests' schemas, unit, property,
 # multi-node and multi-process tests (real partitions between network namespaces among them: run
-# # as root), 10,000 simulated schedules of each simulated world, and a short demo run. Installs what
+# as root), 10,000 simulated schedules of each simulated world, and a short demo run. Installs what
 # it needs from Debian's packages (and the manifests' checker from PyPI) when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
