@@ -33,7 +33,23 @@ pub(crate) struct Deadlines {
 
 struct Inner {
     origin: Instant,
-    stripes: [Mutex<Slab>; STRIPES],
+    stripes: [Padded<Mutex<Slab>>; STRIPES],
+}
+
+/// A stripe on cache lines of its own. The stripes of different worker threads are locked by
+/// different cores, and a 64-byte slab shared a line with its neighbour whenever the array was not
+/// 64-aligned, so each lock taken on one core evicted the other's: local asks ran 10-20% slower.
+/// 128, not 64: x86's adjacent-line prefetcher pulls lines in pairs.
+#[repr(align(128))]
+#[derive(Default)]
+struct Padded<T>(T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
 
 #[derive(Default)]
@@ -77,7 +93,7 @@ pub(crate) struct Elapsed;
 impl Deadlines {
     /// Starts the sweep on the current tokio runtime; it ends when the last clone is dropped.
     pub fn start() -> Deadlines {
-        let inner = Arc::new(Inner { origin: Instant::now(), stripes: std::array::from_fn(|_| Mutex::default()) });
+        let inner = Arc::new(Inner { origin: Instant::now(), stripes: std::array::from_fn(|_| Padded::default()) });
         tokio::spawn(sweep(Arc::downgrade(&inner)));
         Deadlines { inner }
     }
