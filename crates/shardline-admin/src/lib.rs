@@ -6,6 +6,14 @@
 //! - `GET /health/ready`: 200 once the node is `Up` and has started every shard it was given;
 //!   503 otherwise (joining, leaving, down), with the reason. It asks no other node, so a slow
 //!   member never holds up a rolling update ([`shardline::Readiness`]).
+//! - `GET /api/cluster`: the leader and its term, and every member with its status, version,
+//!   roles and what it hosts (each member is asked; one that does not answer says why).
+//! - `GET /api/shards?type=T`: the type's shard map from the leader: version, and per shard its
+//!   node and epoch. `GET /api/rebalancing[?type=T]`: the running or last round: in progress,
+//!   reason, moved and total.
+//! - `GET /api/events`: the cluster's domain events as server-sent events.
+//! - `POST /api/nodes/{name}/drain`: that member leaves gracefully (202; a second drain is a 409).
+//!   `POST /api/rebalance?type=T`: the leader plans a rebalance now (202).
 //! - `GET /metrics`: the runtime's counters in Prometheus' text format, from the process's
 //!   `metrics` recorder ([`install_prometheus`]), and per entity type the shards and entities
 //!   this node hosts and the messages it buffers, read at each scrape.
@@ -24,18 +32,23 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod api;
 mod error;
 mod health;
 
+use axum::extract::DefaultBodyLimit;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusBuilder;
 pub use metrics_exporter_prometheus::PrometheusHandle;
 use shardline::Cluster;
 
 pub use error::{AdminError, ApiError};
+
+/// The largest request body read (a bigger one is a 413).
+pub const MAX_BODY: usize = 64 * 1024;
 
 /// What the handlers share.
 #[derive(Clone)]
@@ -51,6 +64,13 @@ pub fn router(cluster: Cluster, metrics: Option<PrometheusHandle>) -> Router {
         .route("/health/live", get(health::live))
         .route("/health/ready", get(health::ready))
         .route("/metrics", get(prometheus))
+        .route("/api/cluster", get(api::cluster))
+        .route("/api/shards", get(api::shards))
+        .route("/api/rebalancing", get(api::rebalancing))
+        .route("/api/rebalance", post(api::rebalance))
+        .route("/api/events", get(api::events))
+        .route("/api/nodes/{name}/drain", post(api::drain))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such path") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this path")

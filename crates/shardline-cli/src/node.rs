@@ -154,6 +154,17 @@ pub async fn run(args: NodeArgs) -> i32 {
         tokio::select! {
             _ = term.recv() => {}
             _ = int.recv() => {}
+            // Drained through the admin API: the leave runs already; the process ends with it.
+            left = cluster.left() => return match left {
+                Ok(()) => {
+                    info!("drained: left the cluster");
+                    0
+                }
+                Err(e) => {
+                    error!(error = %e, "graceful leave did not complete");
+                    1
+                }
+            },
             reason = cluster.downed() => {
                 warn!(%reason, "this node was fenced; rejoining as a new incarnation");
                 cluster.crash();

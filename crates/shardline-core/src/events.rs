@@ -15,6 +15,8 @@ pub enum RebalanceReason {
     Periodic,
     /// The strategy was replaced (e.g. new external assignments).
     Strategy,
+    /// An operator asked for it (the admin API's rebalance).
+    Requested,
 }
 
 /// Something that happened in the cluster.

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::events::DomainEvent;
+use crate::events::{DomainEvent, RebalanceReason};
 use crate::id::{NodeId, ShardId};
 use crate::shard_map::{ShardHome, Term};
 
@@ -25,8 +25,12 @@ pub enum NodeHealth {
 pub struct RebalancingStatus {
     /// Whether a round is running.
     pub in_progress: bool,
+    /// Why the running (or last) round started; `None` before the first.
+    pub reason: Option<RebalanceReason>,
     /// Hand-offs planned by the running (or last) round.
     pub planned: usize,
+    /// Shards the running (or last) round has moved so far.
+    pub moved: usize,
     /// Shards moved by hand-off, all rounds together.
     pub total_moved: u64,
     /// Rounds completed.
@@ -82,11 +86,16 @@ impl ClusterReadModel {
                 }
                 if matches!(event, DomainEvent::ShardMigrated { .. }) {
                     self.rebalancing.total_moved += 1;
+                    if self.rebalancing.in_progress {
+                        self.rebalancing.moved += 1;
+                    }
                 }
             }
-            DomainEvent::RebalancingTriggered { planned, .. } => {
+            DomainEvent::RebalancingTriggered { planned, reason, .. } => {
                 self.rebalancing.in_progress = true;
+                self.rebalancing.reason = Some(*reason);
                 self.rebalancing.planned = *planned;
+                self.rebalancing.moved = 0;
             }
             DomainEvent::RebalancingCompleted { .. } => {
                 self.rebalancing.in_progress = false;

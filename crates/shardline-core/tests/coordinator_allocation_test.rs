@@ -77,3 +77,17 @@ fn leadership_lost_stops_everything() {
     assert!(drain(&mut c).is_empty());
     assert_eq!(c.poll_timeout(), None);
 }
+
+#[test]
+fn a_rebalance_request_on_a_balanced_map_moves_nothing() {
+    let mut c = coordinator(4, &["a", "b"]);
+    drain(&mut c);
+    let before = c.shard_map().clone();
+    c.handle_rebalance_request(5);
+    assert!(drain(&mut c).is_empty(), "nothing to move, nothing announced");
+    assert_eq!(c.shard_map(), &before);
+    c.handle_leadership_lost(6);
+    drain(&mut c);
+    c.handle_rebalance_request(7);
+    assert!(drain(&mut c).is_empty(), "a stopped coordinator ignores requests");
+}

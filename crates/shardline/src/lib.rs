@@ -48,7 +48,10 @@ pub(crate) mod sharding;
 pub mod transport;
 
 pub use clock::Clock;
-pub use cluster::{Cluster, ClusterBuilder, Readiness};
+pub use cluster::{
+    AdminError, Cluster, ClusterBuilder, ClusterStatus, MemberReport, Readiness, RebalancingReport, ShardMapReport,
+    ShardReport,
+};
 pub use entity::{
     Entities, Entity, EntityContext, EntityHandle, EntityRef, EntitySettings, EventSourced, EventSourcedHandle,
     EventSourcedSettings, StrategyKind,
@@ -56,5 +59,5 @@ pub use entity::{
 pub use error::{ConfigError, Error, Processed, TransportError};
 pub use membership::{ClusterView, Gossip, GossipConfig, MembershipProvider};
 pub use sharding::region::Hosting;
-pub use shardline_core::{EntityId, Epoch, MemberStatus, NodeId, ShardId};
+pub use shardline_core::{DomainEvent, EntityId, Epoch, MemberStatus, NodeId, ShardId, TypeKey};
 pub use transport::TransportConfig;

@@ -286,6 +286,17 @@ impl CoordinatorEngine {
         self.after_input(now);
     }
 
+    /// An operator asked for a rebalance: plans now instead of at the next periodic check. A
+    /// round already running is not disturbed; the plan starts what the strategy asks for once it
+    /// is free, as a periodic check would.
+    pub fn handle_rebalance_request(&mut self, now: u64) {
+        if self.stopped {
+            return;
+        }
+        self.schedule_rebalance(now, RebalanceReason::Requested);
+        self.after_input(now);
+    }
+
     /// A region registered for `term` and reported the shards it hosts; `hosting` is false for a
     /// proxy region, which routes but is never given shards.
     pub fn handle_register(&mut self, now: u64, from: &NodeId, term: Term, hosted: &[(ShardId, Epoch)], hosting: bool) {

@@ -158,6 +158,7 @@ impl ClusterBuilder {
             fenced: AtomicBool::new(false),
             down_tx,
             down_rx,
+            leave: watch::channel(super::Leave::Staying).0,
         });
         transport.start(listener, Arc::new(Dispatcher(Arc::downgrade(&inner))));
         let cluster = Cluster { inner };

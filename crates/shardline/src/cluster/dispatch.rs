@@ -23,7 +23,7 @@ impl Inbound<PeerMessage> for Dispatcher {
     fn on_frame(&self, from: &NodeId, frame: PeerMessage) {
         let Some(inner) = self.0.upgrade() else { return };
         let cluster = Cluster { inner };
-        if !matches!(frame, PeerMessage::Reply { .. } | PeerMessage::Gossip(_)) {
+        if !matches!(frame, PeerMessage::Reply { .. } | PeerMessage::Gossip(_) | PeerMessage::Events { .. }) {
             cluster.fence_if_lapsed();
         }
         match frame {
@@ -61,6 +61,12 @@ impl Inbound<PeerMessage> for Dispatcher {
                 }
             },
             PeerMessage::Reply { req_id, result } => cluster.inner.node.pending().complete(req_id, result),
+            PeerMessage::Events { type_key, events } => {
+                for e in events {
+                    cluster.inner.node.publish_relayed(&type_key, e);
+                }
+            }
+            PeerMessage::Admin { req_id, query } => cluster.answer_admin(from, req_id, &query),
         }
     }
 

@@ -2,10 +2,12 @@
 //! [`ClusterBuilder`]; what arrives from peers goes to [`dispatch`]; applications talk to
 //! entities through [`EntityHandle`] and [`EntityRef`].
 
+pub(crate) mod admin;
 mod builder;
 mod dispatch;
 mod readiness;
 
+pub use admin::{AdminError, ClusterStatus, MemberReport, RebalancingReport, ShardMapReport, ShardReport};
 pub use builder::ClusterBuilder;
 pub use readiness::Readiness;
 
@@ -48,6 +50,16 @@ pub(crate) struct NodeInner {
     pub(super) fenced: AtomicBool,
     pub(super) down_tx: watch::Sender<Option<String>>,
     pub(super) down_rx: watch::Receiver<Option<String>>,
+    /// Where the graceful leave is: one at a time, however it was started.
+    pub(super) leave: watch::Sender<Leave>,
+}
+
+/// Where a node's graceful leave is.
+#[derive(Clone, Debug)]
+pub(crate) enum Leave {
+    Staying,
+    Leaving,
+    Left(Result<(), Error>),
 }
 
 /// How long a leaving node waits for a leader to coordinate its hand-offs before it stops its
@@ -102,7 +114,9 @@ impl Cluster {
         self.inner.view.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Domain events of the coordinators running on this node.
+    /// Domain events of the cluster's coordinators: those running on this node, and those the
+    /// leader's node relays to every member (see [`ClusterReadModel`](shardline_core::ClusterReadModel)).
+    /// A receiver that falls behind by 4,096 events misses the oldest (`Lagged`).
     pub fn events(&self) -> broadcast::Receiver<(TypeKey, DomainEvent)> {
         self.inner.node.events()
     }
@@ -264,8 +278,52 @@ impl Cluster {
     }
 
     /// Graceful leave: hands every shard of this node off, then leaves the membership.
-    /// Messages sent meanwhile are not lost. Waits at most `timeout`.
+    /// Messages sent meanwhile are not lost. Waits at most `timeout`. When the node leaves
+    /// already (a drain through the admin API, an earlier call), waits for that leave instead.
     pub async fn leave_within(&self, timeout: Duration) -> Result<(), Error> {
+        if !self.begin_leave() {
+            return self.left().await;
+        }
+        let r = self.leave_steps(timeout).await;
+        self.end_leave(r.clone());
+        r
+    }
+
+    /// Resolves when this node's graceful leave is over, with its outcome, however it was started
+    /// ([`leave`](Self::leave), a drain through the admin API).
+    pub async fn left(&self) -> Result<(), Error> {
+        let mut rx = self.inner.leave.subscribe();
+        loop {
+            if let Leave::Left(r) = &*rx.borrow_and_update() {
+                return r.clone();
+            }
+            if rx.changed().await.is_err() {
+                return Err(Error::Unavailable("the node was dropped".into()));
+            }
+        }
+    }
+
+    /// Whether this node leaves or has left.
+    pub fn is_leaving(&self) -> bool {
+        !matches!(*self.inner.leave.borrow(), Leave::Staying)
+    }
+
+    /// Marks the leave begun; false when it had begun already.
+    pub(super) fn begin_leave(&self) -> bool {
+        self.inner.leave.send_if_modified(|s| match s {
+            Leave::Staying => {
+                *s = Leave::Leaving;
+                true
+            }
+            _ => false,
+        })
+    }
+
+    pub(super) fn end_leave(&self, r: Result<(), Error>) {
+        self.inner.leave.send_replace(Leave::Left(r));
+    }
+
+    pub(super) async fn leave_steps(&self, timeout: Duration) -> Result<(), Error> {
         info!(node = %self.inner.node.id(), "leaving the cluster");
         self.inner.control.leave();
         let deadline = Instant::now() + timeout;

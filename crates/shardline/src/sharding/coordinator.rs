@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use shardline_core::{
-    AllocationStrategy, ConsistentHash, CoordinatorCommand, CoordinatorConfig, CoordinatorEngine, LeastShards,
-    MembershipView, NodeId, Ranges, RoundLimit, ShardMap, Term, ToCoordinator, TypeKey, VersionAware,
+    AllocationStrategy, ClusterReadModel, ConsistentHash, CoordinatorCommand, CoordinatorConfig, CoordinatorEngine,
+    LeastShards, MembershipView, NodeId, Ranges, RebalancingStatus, RoundLimit, ShardMap, Term, ToCoordinator, TypeKey,
+    VersionAware,
 };
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
@@ -30,6 +31,8 @@ pub(crate) struct Coordinator {
     stopped: AtomicBool,
     /// The newest map to store (providers with a store); a writer task stores it.
     persist: Option<watch::Sender<Option<ShardMap>>>,
+    /// The events this coordinator emitted, folded (the admin API's rebalancing status).
+    read: Mutex<ClusterReadModel>,
 }
 
 enum Slot {
@@ -85,6 +88,7 @@ impl Coordinator {
             wakeup: Wakeup::default(),
             stopped: AtomicBool::new(false),
             persist,
+            read: Mutex::new(ClusterReadModel::default()),
         });
         match (maps, written) {
             (Some(maps), Some(written)) => {
@@ -132,9 +136,13 @@ impl Coordinator {
         f(engine, now);
         let term = engine.term();
         let cmds: Vec<CoordinatorCommand> = engine.drain_commands().collect();
+        let mut events = Vec::new();
         for c in cmds {
             match &c {
-                CoordinatorCommand::Emit(e) => self.node.publish(&self.type_key, e.clone()),
+                CoordinatorCommand::Emit(e) => {
+                    self.node.publish(&self.type_key, e.clone());
+                    events.push(e.clone());
+                }
                 CoordinatorCommand::PersistShardMap { .. } => {
                     if let Some(tx) = &self.persist {
                         tx.send_replace(Some(engine.shard_map().clone()));
@@ -150,7 +158,41 @@ impl Coordinator {
                 }
             }
         }
+        if !events.is_empty() {
+            self.relay(engine.view(), &events);
+        }
         self.wakeup.request(engine.poll_timeout());
+    }
+
+    /// Folds `events` into the status and sends them, in one frame per member, to every other
+    /// member that is not fenced: every node's event stream then tells the whole cluster's story,
+    /// whichever node leads. Lossy like the stream itself: a member whose queue is full misses
+    /// them (counted), and reads the state again from the API.
+    fn relay(&self, view: &MembershipView, events: &[shardline_core::DomainEvent]) {
+        let mut read = self.read.lock().unwrap_or_else(|e| e.into_inner());
+        for e in events {
+            read.apply(e);
+        }
+        drop(read);
+        for m in view.members() {
+            if &m.node == self.node.id() || m.status.is_fenced() {
+                continue;
+            }
+            let msg = PeerMessage::Events { type_key: self.type_key.clone(), events: events.to_vec() };
+            if self.node.transport().send(&m.node, msg).is_err() {
+                metrics::counter!("shardline_events_unrelayed_total").increment(1);
+            }
+        }
+    }
+
+    /// The running (or last) rebalance round, as this coordinator's events tell it.
+    pub fn rebalancing(&self) -> RebalancingStatus {
+        self.read.lock().unwrap_or_else(|e| e.into_inner()).rebalancing().clone()
+    }
+
+    /// An operator asked for a rebalance: plan now.
+    pub fn request_rebalance(&self) {
+        self.input(|e, now| e.handle_rebalance_request(now));
     }
 
     pub fn on_frame(&self, from: &NodeId, msg: ToCoordinator) {

@@ -2,7 +2,7 @@
 //! answers to remote asks, and the membership provider's data (opaque bytes here).
 
 use serde::{Deserialize, Serialize};
-use shardline_core::{NodeId, RegionMessage, ToCoordinator, ToRegion, TypeKey};
+use shardline_core::{DomainEvent, NodeId, RegionMessage, ToCoordinator, ToRegion, TypeKey};
 use tracing::{debug, warn};
 
 use super::envelope::WireEnvelope;
@@ -33,6 +33,21 @@ pub(crate) enum PeerMessage {
         type_key: TypeKey,
         /// The message.
         msg: RegionMessage<WireEnvelope>,
+    },
+    /// Domain events of the coordinator of a type, relayed by the node that leads to the others.
+    Events {
+        /// The entity type.
+        type_key: TypeKey,
+        /// The events, oldest first.
+        events: Vec<DomainEvent>,
+    },
+    /// A question or request of the admin API, answered with a [`PeerMessage::Reply`]. Opaque
+    /// here: the node layer above encodes the question and its answer.
+    Admin {
+        /// The asker's request id.
+        req_id: u64,
+        /// The encoded question.
+        query: Vec<u8>,
     },
     /// The answer to a remote ask.
     Reply {

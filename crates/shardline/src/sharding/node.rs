@@ -97,6 +97,11 @@ impl Node {
         let _ = self.shared.events.send((type_key.clone(), e));
     }
 
+    /// Hands on an event the leader's node relayed (it logged it already).
+    pub fn publish_relayed(&self, type_key: &TypeKey, e: DomainEvent) {
+        let _ = self.shared.events.send((type_key.clone(), e));
+    }
+
     pub fn events(&self) -> broadcast::Receiver<(TypeKey, DomainEvent)> {
         self.shared.events.subscribe()
     }

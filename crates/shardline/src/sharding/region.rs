@@ -76,7 +76,7 @@ pub(crate) trait RegionDyn: Send + Sync {
 }
 
 /// What a node hosts of one entity type; see [`crate::Cluster::hosting`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Hosting {
     /// The entity type.
     pub type_key: String,

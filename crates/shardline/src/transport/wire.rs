@@ -8,7 +8,7 @@ use shardline_core::NodeId;
 use crate::error::TransportError;
 
 /// Version of the wire protocol; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Default largest frame (8 MiB).
 pub const DEFAULT_MAX_FRAME: usize = 8 * 1024 * 1024;

@@ -1,0 +1,234 @@
+//! The cluster endpoints over real HTTP, against in-process nodes on 127.0.0.1 that form a
+//! cluster by gossip: any node answers for the whole cluster, drains, rebalances, streams events.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use shardline::{Cluster, Entity, EntityContext, EntityId, EntitySettings, Gossip};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+#[derive(Serialize, Deserialize)]
+struct Ping;
+
+struct Echo;
+
+impl Entity for Echo {
+    type Message = Ping;
+    type Reply = u8;
+    fn new(_: &EntityId) -> Self {
+        Echo
+    }
+    async fn handle(&mut self, _: &mut EntityContext, _: Ping) -> u8 {
+        1
+    }
+}
+
+const SHARDS: u32 = 16;
+
+/// One HTTP/1.1 request on a connection of its own: the status and the body.
+async fn request(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let req = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).await.unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, body.to_string())
+}
+
+async fn get_json(addr: SocketAddr, path: &str) -> (u16, Value) {
+    let (status, body) = request(addr, "GET", path).await;
+    (status, serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: not JSON ({e}): {body}")))
+}
+
+/// A node of cluster `cluster` (joining by `seed`) with one entity type, and its admin API.
+async fn node(cluster: &str, name: &str, seed: Option<SocketAddr>) -> (Cluster, SocketAddr) {
+    let b = Cluster::builder().cluster_name(cluster).node_name(name);
+    let b = match seed {
+        Some(s) => b.membership(Gossip::new([s.to_string()])),
+        None => b,
+    };
+    let c = b.build().await.unwrap();
+    c.register::<Echo>(EntitySettings::new("echo").shards(SHARDS)).await.unwrap();
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(shardline_admin::serve(l, shardline_admin::router(c.clone(), None)));
+    (c, addr)
+}
+
+async fn three(cluster: &str) -> Vec<(Cluster, SocketAddr)> {
+    let a = node(cluster, "a", None).await;
+    let seed = Some(a.0.local_addr());
+    let b = node(cluster, "b", seed).await;
+    let c = node(cluster, "c", seed).await;
+    vec![a, b, c]
+}
+
+/// Polls `path` on `addr` until `cond` holds of its JSON; panics with the last answer after 30 s.
+async fn until(addr: SocketAddr, path: &str, what: &str, cond: impl Fn(&Value) -> bool) -> Value {
+    let start = Instant::now();
+    loop {
+        let (status, v) = get_json(addr, path).await;
+        if status == 200 && cond(&v) {
+            return v;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{what}: last answer {status} {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn members_up_with_shards(v: &Value, names: &[&str]) -> bool {
+    let Some(members) = v["members"].as_array() else { return false };
+    let up: Vec<&str> = members.iter().filter(|m| m["status"] == "Up").filter_map(|m| m["name"].as_str()).collect();
+    let shards: u64 = members.iter().filter_map(|m| m["shards"].as_u64()).sum();
+    up.len() == names.len() && names.iter().all(|n| up.contains(n)) && shards == u64::from(SHARDS)
+}
+
+fn owners(map: &Value) -> Vec<String> {
+    map["shards"]
+        .as_array()
+        .map_or(Vec::new(), |s| s.iter().map(|s| s["node"].as_str().unwrap_or("-").to_string()).collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_node_answers_for_the_whole_cluster() {
+    let nodes = three("admin-any").await;
+    // Asked of the last to join, which does not lead.
+    let addr = nodes[2].1;
+    let cluster = until(addr, "/api/cluster", "three members hosting every shard", |v| {
+        members_up_with_shards(v, &["a", "b", "c"])
+    })
+    .await;
+    assert_eq!(cluster["node"], "c");
+    let leader = cluster["leader"].as_str().expect("a leader").to_string();
+    assert!(cluster["term"].as_u64().is_some_and(|t| t > 0), "{cluster}");
+    assert_eq!(cluster["types"], serde_json::json!(["echo"]));
+    for m in cluster["members"].as_array().unwrap() {
+        assert!(m["error"].is_null(), "every member answered: {m}");
+        assert!(m["entities"].as_u64().is_some() && m["app_version"].is_string() && m["roles"].is_array(), "{m}");
+    }
+
+    // The map, from the leader, through c: every shard owned, by the members the counts say.
+    let (status, map) = get_json(addr, "/api/shards?type=echo").await;
+    assert_eq!(status, 200, "{map}");
+    assert_eq!((map["type"].as_str(), map["leader"].as_str()), (Some("echo"), Some(leader.as_str())));
+    assert!(map["version"].as_u64().is_some_and(|v| v > 0));
+    let shards = map["shards"].as_array().unwrap();
+    assert_eq!(shards.len(), SHARDS as usize);
+    for (i, s) in shards.iter().enumerate() {
+        assert_eq!(s["shard"].as_u64(), Some(i as u64));
+        assert!(s["epoch"].as_str().is_some_and(|e| e.contains('.')), "{s}");
+    }
+    for m in cluster["members"].as_array().unwrap() {
+        let name = m["name"].as_str().unwrap();
+        let in_map = owners(&map).iter().filter(|o| *o == name).count() as u64;
+        // The counts were read before the map; nothing moves between them in a settled cluster.
+        assert_eq!(m["shards"].as_u64(), Some(in_map), "{name}: {cluster} vs {map}");
+    }
+    // Without a type: the only one registered.
+    let (status, same) = get_json(addr, "/api/shards").await;
+    assert_eq!((status, same["type"].as_str()), (200, Some("echo")));
+
+    let (status, r) = get_json(addr, "/api/rebalancing?type=echo").await;
+    assert_eq!(status, 200, "{r}");
+    assert!(r["in_progress"].is_boolean() && r["moved"].is_u64() && r["total"].is_u64(), "{r}");
+    let (status, all) = get_json(addr, "/api/rebalancing").await;
+    assert_eq!((status, all["types"].as_array().map(Vec::len)), (200, Some(1)), "{all}");
+
+    // Bad input: clear JSON errors, and the node keeps serving.
+    let (status, e) = get_json(addr, "/api/shards?type=nope").await;
+    assert_eq!(status, 404);
+    assert!(e["error"].as_str().is_some_and(|m| m.contains("nope")), "{e}");
+    let (status, e) = get_json(addr, "/api/shards?type=echo&type=echo").await;
+    assert_eq!(status, 400, "a repeated parameter: {e}");
+    assert!(e["error"].is_string());
+    let (status, e) = get_json(addr, "/api/rebalancing?type=nope").await;
+    assert_eq!((status, e["error"].is_string()), (404, true));
+    let (status, e) = get_json(addr, "/api/cluster/extra").await;
+    assert_eq!((status, e["error"].is_string()), (404, true));
+    let (status, body) = request(addr, "DELETE", "/api/shards").await;
+    assert_eq!(status, 405, "{body}");
+    let (status, _) = get_json(addr, "/api/cluster").await;
+    assert_eq!(status, 200, "still serving");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_hands_the_shards_off_and_the_node_leaves() {
+    let nodes = three("admin-drain").await;
+    let (a, c) = (nodes[0].1, nodes[2].0.clone());
+    until(a, "/api/cluster", "three members hosting every shard", |v| members_up_with_shards(v, &["a", "b", "c"]))
+        .await;
+    let (status, e) = get_json(a, "/api/nodes/ghost/drain").await;
+    assert_eq!(status, 405, "drain is a POST: {e}");
+    let (status, body) = request(a, "POST", "/api/nodes/ghost/drain").await;
+    assert_eq!(status, 404, "{body}");
+
+    // Asked of a, carried out by c.
+    let (status, body) = request(a, "POST", "/api/nodes/c/drain").await;
+    assert_eq!(status, 202, "{body}");
+    let (status, body) = request(a, "POST", "/api/nodes/c/drain").await;
+    assert!(status == 409 || status == 404, "a second drain: leaving already, or gone: {status} {body}");
+    assert!(body.contains("\"error\""), "{body}");
+    tokio::time::timeout(Duration::from_secs(30), c.left()).await.expect("c left in time").expect("c left cleanly");
+    let map = until(a, "/api/shards?type=echo", "every shard on a or b", |m| {
+        let o = owners(m);
+        o.len() == SHARDS as usize && o.iter().all(|n| n == "a" || n == "b")
+    })
+    .await;
+    assert!(owners(&map).iter().any(|n| n == "a") && owners(&map).iter().any(|n| n == "b"), "{map}");
+    let (status, body) = request(a, "POST", "/api/nodes/c/drain").await;
+    assert_eq!(status, 404, "c is gone: {body}");
+}
+
+/// Reads server-sent events from `addr` until `done` holds of the events seen (or 30 s pass).
+async fn watch_events(addr: SocketAddr, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /api/events HTTP/1.1\r\nHost: test\r\nAccept: text/event-stream\r\n\r\n").await.unwrap();
+    let mut lines = BufReader::new(s).lines();
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !done(&seen) {
+        let line = tokio::time::timeout_at(deadline, lines.next_line()).await;
+        let Ok(Ok(Some(line))) = line else { panic!("stream ended or stalled; seen {seen:?}") };
+        // Chunked encoding interleaves chunk sizes; the events are the `data:` lines.
+        if let Some(data) = line.strip_prefix("data: ") {
+            seen.push(serde_json::from_str(data).unwrap_or_else(|e| panic!("event not JSON ({e}): {data}")));
+        }
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_of_the_leader_reach_every_node_and_a_rebalance_is_reported() {
+    let nodes = three("admin-events").await;
+    let (a, c) = (nodes[0].1, nodes[2].1);
+    until(a, "/api/cluster", "three members hosting every shard", |v| members_up_with_shards(v, &["a", "b", "c"]))
+        .await;
+    let leader = get_json(c, "/api/cluster").await.1["leader"].as_str().unwrap().to_string();
+    let watcher_addr = nodes.iter().find(|(n, _)| *n.node_id().name != *leader).unwrap().1;
+    // A fourth node joins: the leader moves shards to it, and a node that does not lead tells.
+    let watcher = tokio::spawn(watch_events(watcher_addr, |seen| {
+        seen.iter().any(|e| e["kind"] == "ShardMigrated") && seen.iter().any(|e| e["kind"] == "RebalancingCompleted")
+    }));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let _d = node("admin-events", "d", Some(nodes[0].0.local_addr())).await;
+    let seen = watcher.await.unwrap();
+    let moved = seen.iter().find(|e| e["kind"] == "ShardMigrated").unwrap();
+    assert_eq!(moved["type"], "echo");
+    assert!(moved["shard"].is_u64() && moved["from"].is_string() && moved["to"]["node"] == "d", "{moved}");
+    let r = until(c, "/api/rebalancing?type=echo", "the round done", |r| r["in_progress"] == false).await;
+    assert_eq!(r["reason"], "membership", "{r}");
+    assert!(r["moved"].as_u64().is_some_and(|m| m > 0) && r["moved"] == r["total"], "{r}");
+
+    // An operator's rebalance of a balanced map: accepted, reported, nothing moves.
+    let (status, body) = request(c, "POST", "/api/rebalance?type=echo").await;
+    assert_eq!(status, 202, "{body}");
+    let r: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(r["type"], "echo");
+    let (status, body) = request(c, "POST", "/api/rebalance?type=nope").await;
+    assert_eq!(status, 404, "{body}");
+}
