@@ -27,6 +27,32 @@ pub enum Command {
     Load(LoadArgs),
     /// Measure the runtime against its physical baselines.
     Bench(BenchArgs),
+    /// The cluster as a node sees it: the leader, and every member with its status and what it
+    /// hosts.
+    Status(AdminArgs),
+    /// An entity type's shard map: shards per node, then every shard's node and epoch.
+    Shards {
+        /// The entity type (default: the only one registered).
+        #[arg(long = "type")]
+        type_key: Option<String>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Drain a member: it hands its shards off and leaves the cluster.
+    Drain {
+        /// The member's name.
+        node: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Ask the leader to rebalance an entity type now rather than at its next periodic check.
+    Rebalance {
+        /// The entity type.
+        #[arg(long = "type")]
+        type_key: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
     /// (internal) A bare TCP echo server, the baseline of `bench --scenario remote-ask`.
     #[command(hide = true)]
     EchoServer {
@@ -34,6 +60,17 @@ pub enum Command {
         #[arg(long)]
         bind: String,
     },
+}
+
+/// How the admin commands reach the cluster.
+#[derive(Args, Debug, Clone)]
+pub struct AdminArgs {
+    /// The admin API of any node of the cluster, http://HOST:PORT.
+    #[arg(long = "admin", env = "SHARDLINE_ADMIN_URL")]
+    pub url: String,
+    /// Print the API's JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug, Clone)]

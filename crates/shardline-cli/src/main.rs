@@ -1,5 +1,6 @@
 //! The `shardline` binary: node runner, demo cluster, load benchmark.
 
+mod admin_client;
 mod args;
 mod bench;
 mod demo;
@@ -21,6 +22,29 @@ fn init_logs(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+/// One admin call: the answer as a table (`render`) or JSON on stdout, exit 0; an error as one
+/// line on stderr, exit 1.
+async fn admin(a: &args::AdminArgs, method: &str, path: String, render: impl Fn(&serde_json::Value) -> String) -> i32 {
+    let answer = match admin_client::AdminUrl::parse(&a.url) {
+        Ok(url) => url.call(method, &path).await,
+        Err(e) => Err(e),
+    };
+    match answer {
+        Ok(v) if a.json => {
+            println!("{v:#}");
+            0
+        }
+        Ok(v) => {
+            print!("{}", render(&v));
+            0
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            1
+        }
+    }
 }
 
 fn main() {
@@ -51,6 +75,22 @@ fn main() {
                 bench::run(a).await
             }
             args::Command::EchoServer { bind } => floors::echo_server(&bind).await,
+            args::Command::Status(a) => admin(&a, "GET", "/api/cluster".into(), admin_client::render_status).await,
+            args::Command::Shards { type_key, admin: a } => {
+                let query = type_key.map(|t| format!("?type={}", admin_client::encode(&t))).unwrap_or_default();
+                admin(&a, "GET", format!("/api/shards{query}"), admin_client::render_shards).await
+            }
+            args::Command::Drain { node, admin: a } => {
+                let path = format!("/api/nodes/{}/drain", admin_client::encode(&node));
+                admin(&a, "POST", path, |v| {
+                    format!("draining {}: it hands its shards off and leaves\n", v["node"].as_str().unwrap_or("?"))
+                })
+                .await
+            }
+            args::Command::Rebalance { type_key, admin: a } => {
+                let path = format!("/api/rebalance?type={}", admin_client::encode(&type_key));
+                admin(&a, "POST", path, admin_client::render_rebalancing).await
+            }
         }
     });
     rt.shutdown_timeout(std::time::Duration::from_secs(1));

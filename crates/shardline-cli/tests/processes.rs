@@ -446,3 +446,85 @@ async fn a_node_process_serves_its_admin_api() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot listen for the admin API on 256.0.0.1:80"));
 }
+
+/// `shardline status | shards | drain | rebalance` with `--admin`: the binary against node
+/// processes, as an operator would run it.
+fn admin_cli(args: &[&str], admin: u16) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_shardline"))
+        .args(args)
+        .args(["--admin", &format!("http://127.0.0.1:{admin}")])
+        .env_remove("SHARDLINE_ADMIN_URL")
+        .output()
+        .expect("the shardline binary starts");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_commands_show_a_cluster_and_drain_a_node() {
+    let (p1, p2, a1, a2) = (free_port(), free_port(), free_port(), free_port());
+    let _n1 = spawn_with("n1", p1, p1, &["--admin", &format!("127.0.0.1:{a1}")], Stdio::null(), "warn");
+    let mut n2 = spawn_with("n2", p2, p1, &["--admin", &format!("127.0.0.1:{a2}")], Stdio::null(), "warn");
+    let start = Instant::now();
+    let status = loop {
+        if let (Some(0), out, _) = admin_cli(&["status", "--json"], a1) {
+            let v: serde_json::Value = serde_json::from_str(&out).expect("--json prints JSON");
+            let members = v["members"].as_array().cloned().unwrap_or_default();
+            let shards: u64 = members.iter().filter_map(|m| m["shards"].as_u64()).sum();
+            let types = v["types"].as_array().map_or(0, Vec::len) as u64;
+            if members.len() == 2 && members.iter().all(|m| m["status"] == "Up") && shards == u64::from(SHARDS) * types
+            {
+                break v;
+            }
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "the cluster never formed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let type_key = status["types"][0].as_str().expect("a type").to_string();
+
+    let (code, out, err) = admin_cli(&["status"], a2);
+    assert_eq!(code, Some(0), "{err}");
+    let header = out.lines().nth(1).unwrap_or_default();
+    assert!(header.starts_with("NAME") && header.contains("SHARDS") && header.contains("ENTITIES"), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("n1 ")) && out.lines().any(|l| l.starts_with("n2 ")), "{out}");
+    let (code, out, err) = admin_cli(&["shards", "--type", &type_key], a2);
+    assert_eq!(code, Some(0), "{err}");
+    let shard_rows = out.lines().filter(|l| {
+        let cells: Vec<&str> = l.split_whitespace().collect();
+        cells.len() == 3 && cells[0].parse::<u32>().is_ok() && (cells[1] == "n1" || cells[1] == "n2")
+    });
+    assert_eq!(shard_rows.count(), SHARDS as usize, "{out}");
+    let (code, out, err) = admin_cli(&["rebalance", "--type", &type_key], a2);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with(&format!("type {type_key}:")), "{out}");
+
+    // Mistakes: one line on stderr and exit 1.
+    for (args, says) in [
+        (vec!["drain", "ghost"], "404"),
+        (vec!["shards", "--type", "nope"], "404"),
+        (vec!["rebalance", "--type", "nope"], "404"),
+    ] {
+        let (code, out, err) = admin_cli(&args, a1);
+        assert_eq!(code, Some(1), "{args:?}: {out}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("error: ") && err.contains(says), "{args:?}: {err}");
+    }
+    let (code, _, err) = admin_cli(&["status"], free_port());
+    assert_eq!(code, Some(1));
+    assert!(err.starts_with("error: cannot reach the admin API at http://127.0.0.1:"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    // Drained through n1's API, n2 hands its shards over and its process ends.
+    let (code, out, err) = admin_cli(&["drain", "n2"], a1);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("draining n2"), "{out}");
+    assert_eq!(exit_code(&mut n2, "the drained node", Duration::from_secs(60)).await, Some(0));
+    let (code, out, err) = admin_cli(&["shards", "--type", &type_key, "--json"], a1);
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let owners: Vec<&str> = v["shards"].as_array().unwrap().iter().filter_map(|s| s["node"].as_str()).collect();
+    assert!(owners.len() == SHARDS as usize && owners.iter().all(|o| *o == "n1"), "{out}");
+}
