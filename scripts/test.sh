@@ -14,6 +14,9 @@ command -v protoc >/dev/null || need_apt+=(protobuf-compiler)
 command -v nats-server >/dev/null || need_apt+=(nats-server)
 # The partition tests put node processes in network namespaces (ip netns, ip link).
 command -v ip >/dev/null || need_apt+=(iproute2)
+# The dashboard's test drives it in headless Chromium through chromedriver.
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
+[ -x /usr/bin/chromedriver ] || need_apt+=(chromium-driver)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing: ${need_apt[*]}"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi

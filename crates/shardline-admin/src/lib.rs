@@ -1,6 +1,8 @@
 //! The admin HTTP API of a Shardline node, for orchestrators and operators
 //! (`shardline node --admin HOST:PORT`).
 //!
+//! - `GET /`: a dashboard: the nodes, a grid of the shards coloured by owner, the live event feed
+//!   and the rebalancing status, kept up to date from the event stream.
 //! - `GET /health/live`: 200 while the node's process serves at all: liveness, the probe whose
 //!   failure makes an orchestrator restart the process.
 //! - `GET /health/ready`: 200 once the node is `Up` and has started every shard it was given;
@@ -61,6 +63,7 @@ struct AdminState {
 /// 503 (this process records no metrics).
 pub fn router(cluster: Cluster, metrics: Option<PrometheusHandle>) -> Router {
     Router::new()
+        .route("/", get(dashboard))
         .route("/health/live", get(health::live))
         .route("/health/ready", get(health::ready))
         .route("/metrics", get(prometheus))
@@ -76,6 +79,11 @@ pub fn router(cluster: Cluster, metrics: Option<PrometheusHandle>) -> Router {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this path")
         })
         .with_state(AdminState { cluster, metrics })
+}
+
+/// The dashboard: one page, no build step, that reads the API and follows `/api/events`.
+async fn dashboard() -> axum::response::Html<&'static str> {
+    axum::response::Html(include_str!("dashboard.html"))
 }
 
 /// Serves `router` on `listener` until the process ends or the listener fails.
