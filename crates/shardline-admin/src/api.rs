@@ -4,7 +4,7 @@
 
 use std::convert::Infallible;
 
-use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -33,6 +33,7 @@ fn refused(e: Refused) -> ApiError {
     let status = match &e {
         Refused::UnknownType(_) | Refused::UnknownNode(_) => StatusCode::NOT_FOUND,
         Refused::AlreadyLeaving(_) => StatusCode::CONFLICT,
+        Refused::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
         Refused::NoLeader(_) => StatusCode::SERVICE_UNAVAILABLE,
         Refused::NoAnswer { .. } => StatusCode::BAD_GATEWAY,
     };
@@ -95,6 +96,36 @@ pub(crate) async fn rebalance(
 ) -> Result<(StatusCode, Json<shardline::RebalancingReport>), ApiError> {
     let t = type_of(&s, q)?;
     let r = s.cluster.rebalance(&t).await.map_err(refused)?;
+    Ok((StatusCode::ACCEPTED, Json(r)))
+}
+
+/// The body of `PUT /api/shards`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Assignments {
+    assignments: Vec<Assignment>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Assignment {
+    shard: u32,
+    node: String,
+}
+
+/// External allocation: `{"assignments": [{"shard": 3, "node": "b"}, ...]}` for a type with the
+/// `External` strategy. A body that cannot be read is a 4xx (400 not JSON, 415 without a JSON
+/// content type, 422 not the right shape, 413 past [`crate::MAX_BODY`]), and so is one the
+/// leader refuses (422); nothing of a refused body is taken.
+pub(crate) async fn assign(
+    State(s): State<AdminState>,
+    q: Result<Query<TypeParam>, QueryRejection>,
+    body: Result<Json<Assignments>, JsonRejection>,
+) -> Result<(StatusCode, Json<shardline::RebalancingReport>), ApiError> {
+    let t = type_of(&s, q)?;
+    let Json(body) = body.map_err(|e| ApiError::new(e.status(), format!("bad body: {}", e.body_text())))?;
+    let pairs = body.assignments.into_iter().map(|a| (a.shard, a.node)).collect();
+    let r = s.cluster.assign_shards(&t, pairs).await.map_err(refused)?;
     Ok((StatusCode::ACCEPTED, Json(r)))
 }
 

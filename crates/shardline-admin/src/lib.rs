@@ -13,6 +13,8 @@
 //! - `GET /api/shards?type=T`: the type's shard map from the leader: version, and per shard its
 //!   node and epoch. `GET /api/rebalancing[?type=T]`: the running or last round: in progress,
 //!   reason, moved and total.
+//! - `PUT /api/shards?type=T` with `{"assignments": [{"shard": 3, "node": "b"}]}`: external
+//!   allocation, for a type with the `External` strategy (202; refused assignments 422).
 //! - `GET /api/events`: the cluster's domain events as server-sent events.
 //! - `POST /api/nodes/{name}/drain`: that member leaves gracefully (202; a second drain is a 409).
 //!   `POST /api/rebalance?type=T`: the leader plans a rebalance now (202).
@@ -68,7 +70,7 @@ pub fn router(cluster: Cluster, metrics: Option<PrometheusHandle>) -> Router {
         .route("/health/ready", get(health::ready))
         .route("/metrics", get(prometheus))
         .route("/api/cluster", get(api::cluster))
-        .route("/api/shards", get(api::shards))
+        .route("/api/shards", get(api::shards).put(api::assign))
         .route("/api/rebalancing", get(api::rebalancing))
         .route("/api/rebalance", post(api::rebalance))
         .route("/api/events", get(api::events))

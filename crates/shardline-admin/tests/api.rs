@@ -232,3 +232,94 @@ async fn events_of_the_leader_reach_every_node_and_a_rebalance_is_reported() {
     let (status, body) = request(c, "POST", "/api/rebalance?type=nope").await;
     assert_eq!(status, 404, "{body}");
 }
+
+/// One request with a body and its content type.
+async fn send(addr: SocketAddr, method: &str, path: &str, content_type: &str, body: &str) -> (u16, Value) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    // A server may answer before it has read a body it refuses; the write may then fail.
+    let _ = s.write_all(body.as_bytes()).await;
+    let mut raw = String::new();
+    let _ = s.read_to_string(&mut raw).await;
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, serde_json::from_str(body).unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {raw}")))
+}
+
+fn assignments(pairs: impl IntoIterator<Item = (u32, &'static str)>) -> String {
+    let list: Vec<Value> = pairs.into_iter().map(|(s, n)| serde_json::json!({ "shard": s, "node": n })).collect();
+    serde_json::json!({ "assignments": list }).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_assignments_through_the_api_move_shards_and_bad_ones_are_refused_whole() {
+    struct Ext;
+    impl Entity for Ext {
+        type Message = Ping;
+        type Reply = u8;
+        fn new(_: &EntityId) -> Self {
+            Ext
+        }
+        async fn handle(&mut self, _: &mut EntityContext, _: Ping) -> u8 {
+            2
+        }
+    }
+    let nodes = [node("admin-ext", "a", None).await].into_iter().collect::<Vec<_>>();
+    let b = node("admin-ext", "b", Some(nodes[0].0.local_addr())).await;
+    let ext = EntitySettings::new("ext").shards(SHARDS).strategy(shardline::StrategyKind::External);
+    let ha = nodes[0].0.register::<Ext>(ext.clone()).await.unwrap();
+    b.0.register::<Ext>(ext).await.unwrap();
+    let addr = b.1;
+    let all_placed = |m: &Value| {
+        let o = owners(m);
+        o.len() == SHARDS as usize
+            && o.iter().all(|o| o == "a" || o == "b")
+            && o.iter().any(|o| o == "a")
+            && o.iter().any(|o| o == "b")
+    };
+    until(addr, "/api/shards?type=ext", "unassigned shards placed on both by the fallback", all_placed).await;
+
+    let (status, r) =
+        send(addr, "PUT", "/api/shards?type=ext", "application/json", &assignments((0..8).map(|s| (s, "b")))).await;
+    assert_eq!(status, 202, "{r}");
+    assert_eq!(r["type"], "ext");
+    let (status, r) =
+        send(addr, "PUT", "/api/shards?type=ext", "application/json", &assignments((8..16).map(|s| (s, "a")))).await;
+    assert_eq!(status, 202, "{r}");
+    let wanted: Vec<String> = (0..SHARDS).map(|s| if s < 8 { "b".into() } else { "a".into() }).collect();
+    until(addr, "/api/shards?type=ext", "the shards where they were assigned", |m| owners(m) == wanted).await;
+    // They serve there.
+    assert_eq!(ha.entity_ref("x").ask(Ping).await.unwrap(), 2);
+
+    // Refused whole: the valid first pair of a bad body is not taken either.
+    let refused = [
+        (assignments([(0, "a"), (99, "a")]), "application/json", 422),
+        (assignments([(0, "a"), (1, "ghost")]), "application/json", 422),
+        (assignments([]), "application/json", 422),
+        ("{\"assignments\": [".to_string(), "application/json", 400),
+        ("{\"assignments\": [{\"shard\": -1, \"node\": \"a\"}]}".to_string(), "application/json", 422),
+        ("{\"assignments\": [], \"extra\": 1}".to_string(), "application/json", 422),
+        (assignments([(0, "a")]), "text/plain", 415),
+        (
+            format!("{{\"assignments\": [], \"pad\": \"{}\"}}", "x".repeat(shardline_admin::MAX_BODY)),
+            "application/json",
+            413,
+        ),
+    ];
+    for (body, content_type, want) in refused {
+        let (status, e) = send(addr, "PUT", "/api/shards?type=ext", content_type, &body).await;
+        assert_eq!(status, want, "{}: {e}", &body[..body.len().min(80)]);
+        assert!(e["error"].is_string(), "{e}");
+    }
+    let (status, e) = send(addr, "PUT", "/api/shards?type=echo", "application/json", &assignments([(0, "a")])).await;
+    assert_eq!(status, 422, "echo does not take assignments: {e}");
+    let (status, _) = send(addr, "PUT", "/api/shards?type=nope", "application/json", &assignments([(0, "a")])).await;
+    assert_eq!(status, 404);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, map) = get_json(addr, "/api/shards?type=ext").await;
+    assert_eq!((status, owners(&map)), (200, wanted), "nothing of the refused bodies was taken");
+}

@@ -313,6 +313,37 @@ fn external_validates_and_applies() {
 }
 
 #[test]
+fn external_with_a_fallback_places_what_it_does_not_name() {
+    let hs = hosts(2);
+    let ext = External::new([(ShardId(0), "n1"), (ShardId(1), "n1"), (ShardId(2), "nobody")])
+        .otherwise(LeastShards { limit: RoundLimit::UNLIMITED });
+    let mut map = ShardMap::new(6).unwrap();
+    for _ in 0..4 {
+        let plan = ext.plan(&hs, &map);
+        apply(&mut map, &plan);
+    }
+    assert!(orphans(&hs, &map).is_empty(), "every shard placed, the one named to nobody too");
+    assert_eq!((map.owner(ShardId(0)), map.owner(ShardId(1))), (Some(&hs[1].node), Some(&hs[1].node)));
+    // n1 dies: its named shards are placed elsewhere, not left homeless.
+    let survivors = vec![hs[0].clone()];
+    for _ in 0..4 {
+        let plan = ext.plan(&survivors, &map);
+        apply(&mut map, &plan);
+    }
+    assert!(orphans(&survivors, &map).is_empty());
+    // The fallback never moves a shard the assignments rule: balancing alone would move one of
+    // n1's three shards to n0, which holds none.
+    let mut map = ShardMap::new(3).unwrap();
+    for s in 0..3 {
+        map.assign(ShardId(s), hs[1].node.clone(), 1).unwrap();
+    }
+    let balancing = LeastShards { limit: RoundLimit::UNLIMITED };
+    assert!(!balancing.plan(&hs, &map).moves.is_empty(), "the fallback alone would move");
+    let all_named = External::new((0..3).map(|s| (ShardId(s), "n1"))).otherwise(balancing);
+    assert!(all_named.plan(&hs, &map).moves.is_empty(), "{:?}", all_named.plan(&hs, &map));
+}
+
+#[test]
 fn no_hosts_no_moves() {
     let map = ShardMap::new(8).unwrap();
     let strategies: Vec<Box<dyn AllocationStrategy>> = vec![
@@ -321,6 +352,7 @@ fn no_hosts_no_moves() {
         Box::new(ConsistentHash::default()),
         Box::new(Ranges::default()),
         Box::new(External::new([(ShardId(0), "n0")])),
+        Box::new(External::new([(ShardId(0), "n0")]).otherwise(LeastShards::default())),
     ];
     for s in strategies {
         assert!(s.plan(&[], &map).moves.is_empty(), "{}", s.name());

@@ -3,12 +3,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{AllocationStrategy, Move, Plan, PlanProblem};
+use super::{AllocationStrategy, LeastShards, Move, Plan, PlanProblem};
 use crate::id::ShardId;
 use crate::membership::Member;
 use crate::shard_map::ShardMap;
 
-/// Assignments given from outside: shard → node name. Shards it does not name are left alone.
+/// Assignments given from outside: shard → node name. Shards it does not name, and named shards
+/// whose node cannot host them now, are left alone, or placed by the strategy given with
+/// [`otherwise`](External::otherwise) (without one, a shard whose owner died stays homeless until
+/// it is assigned again).
 ///
 /// ```
 /// use shardline_core::{AllocationStrategy, External, Member, MemberStatus, NodeId, ShardId, ShardMap};
@@ -18,15 +21,36 @@ use crate::shard_map::ShardMap;
 /// assert_eq!(plan.moves.len(), 1);
 /// assert_eq!(plan.rejected.len(), 1);
 /// ```
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct External {
     assignments: BTreeMap<ShardId, String>,
+    otherwise: Option<LeastShards>,
 }
 
 impl External {
     /// Creates the strategy from (shard, node name) pairs.
     pub fn new<N: Into<String>>(assignments: impl IntoIterator<Item = (ShardId, N)>) -> Self {
-        External { assignments: assignments.into_iter().map(|(s, n)| (s, n.into())).collect() }
+        External { assignments: assignments.into_iter().map(|(s, n)| (s, n.into())).collect(), otherwise: None }
+    }
+
+    /// Places what the assignments do not (unnamed shards, and named ones whose node cannot host
+    /// now) with `fallback`.
+    ///
+    /// ```
+    /// use shardline_core::{AllocationStrategy, External, LeastShards, Member, MemberStatus, NodeId, ShardId, ShardMap};
+    /// let hosts = vec![Member::new(NodeId::new("a", 1), 0).with_status(MemberStatus::Up)];
+    /// let ext = External::new([(ShardId(0), "ghost")]).otherwise(LeastShards::default());
+    /// let plan = ext.plan(&hosts, &ShardMap::new(2).unwrap());
+    /// assert_eq!(plan.moves.len(), 2, "both shards placed on a");
+    /// ```
+    pub fn otherwise(mut self, fallback: LeastShards) -> Self {
+        self.otherwise = Some(fallback);
+        self
+    }
+
+    /// Sets where `shard` goes (replacing what it was assigned before).
+    pub fn assign(&mut self, shard: ShardId, node: impl Into<String>) {
+        self.assignments.insert(shard, node.into());
     }
 
     /// The assignments.
@@ -55,6 +79,14 @@ impl AllocationStrategy for External {
                 }
                 Some(_) => {}
             }
+        }
+        if let Some(fallback) = &self.otherwise {
+            // A named shard is the assignments' to move only while its node can take it.
+            let ruled = |shard: &ShardId| {
+                self.assignments.get(shard).is_some_and(|n| by_name.contains_key(n.as_str()))
+                    && map.slot(*shard).is_some()
+            };
+            plan.moves.extend(fallback.plan(hosts, map).moves.into_iter().filter(|m| !ruled(&m.shard)));
         }
         plan
     }

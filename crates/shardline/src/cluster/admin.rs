@@ -42,6 +42,10 @@ pub enum AdminError {
     /// Nobody leads yet, or leadership is moving: ask again shortly.
     #[error("no leader: {0}")]
     NoLeader(String),
+    /// The request itself is wrong (a shard out of range, a node that is not `Up`, a type that
+    /// does not take assignments).
+    #[error("{0}")]
+    Invalid(String),
     /// The member did not answer (down, unreachable, too slow).
     #[error("{node} did not answer: {reason}")]
     NoAnswer {
@@ -149,6 +153,8 @@ pub(crate) enum AdminQuery {
     Rebalancing { type_key: TypeKey },
     /// Plan a rebalance of a type now (the leader).
     Rebalance { type_key: TypeKey },
+    /// New external assignments of a type, (shard, node name) (the leader).
+    Assign { type_key: TypeKey, assignments: Vec<(u32, String)> },
     /// Leave the cluster gracefully (the node to drain).
     Drain,
 }
@@ -244,6 +250,27 @@ impl Cluster {
         }
     }
 
+    /// Gives shards of `type_key`, a type with the `External` strategy, to the named members:
+    /// (shard number, node name) pairs, on top of those given before. The leader checks them
+    /// (every shard in range, every node a member that is `Up`: otherwise nothing is taken,
+    /// [`AdminError::Invalid`]) and moves the shards by the usual hand-off.
+    ///
+    /// The assignments live in the leader's coordinator: a new leader keeps the map as it finds
+    /// it and places only shards left without a home, until it is given assignments again.
+    pub async fn assign_shards(
+        &self,
+        type_key: &str,
+        assignments: Vec<(u32, String)>,
+    ) -> Result<RebalancingReport, AdminError> {
+        if assignments.is_empty() {
+            return Err(AdminError::Invalid("no assignments".into()));
+        }
+        match self.ask_leader(AdminQuery::Assign { type_key: self.known_type(type_key)?, assignments }).await? {
+            AdminAnswer::Rebalancing(r) => Ok(r),
+            other => Err(self.strange(other)),
+        }
+    }
+
     /// Starts the graceful leave of the member named `name` (this node or another), as if it had
     /// been sent SIGTERM: it hands its shards off and leaves. Returns once the leave has started;
     /// [`Cluster::left`] on that node resolves when it is over.
@@ -310,6 +337,11 @@ impl Cluster {
                 let c = self.local_coordinator(&type_key)?;
                 info!(%type_key, "rebalance requested by an operator");
                 c.request_rebalance();
+                Ok(AdminAnswer::Rebalancing(report(&type_key, &c.rebalancing())))
+            }
+            AdminQuery::Assign { type_key, assignments } => {
+                let c = self.local_coordinator(&type_key)?;
+                c.assign(&assignments).map_err(AdminError::Invalid)?;
                 Ok(AdminAnswer::Rebalancing(report(&type_key, &c.rebalancing())))
             }
             AdminQuery::Drain => {

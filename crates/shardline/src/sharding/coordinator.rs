@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use shardline_core::{
     AllocationStrategy, ClusterReadModel, ConsistentHash, CoordinatorCommand, CoordinatorConfig, CoordinatorEngine,
-    LeastShards, MembershipView, NodeId, Ranges, RebalancingStatus, RoundLimit, ShardMap, Term, ToCoordinator, TypeKey,
-    VersionAware,
+    External, LeastShards, MemberStatus, MembershipView, NodeId, Ranges, RebalancingStatus, RoundLimit, ShardId,
+    ShardMap, Term, ToCoordinator, TypeKey, VersionAware,
 };
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
@@ -33,6 +33,8 @@ pub(crate) struct Coordinator {
     persist: Option<watch::Sender<Option<ShardMap>>>,
     /// The events this coordinator emitted, folded (the admin API's rebalancing status).
     read: Mutex<ClusterReadModel>,
+    /// The assignments given so far, for a type with the `External` strategy.
+    external: Option<Mutex<External>>,
 }
 
 enum Slot {
@@ -52,7 +54,12 @@ fn strategy(kind: &StrategyKind, limit: Option<RoundLimit>) -> Box<dyn Allocatio
             Box::new(ConsistentHash { limit: limit.unwrap_or(RoundLimit::UNLIMITED), ..ConsistentHash::default() })
         }
         StrategyKind::Ranges => Box::new(Ranges { limit: limit.unwrap_or(RoundLimit::UNLIMITED) }),
+        StrategyKind::External => Box::new(external(limit)),
     }
+}
+
+fn external(limit: Option<RoundLimit>) -> External {
+    External::new(std::iter::empty::<(ShardId, String)>()).otherwise(LeastShards { limit: limit.unwrap_or_default() })
 }
 
 impl Coordinator {
@@ -89,6 +96,8 @@ impl Coordinator {
             stopped: AtomicBool::new(false),
             persist,
             read: Mutex::new(ClusterReadModel::default()),
+            external: (settings.strategy == StrategyKind::External)
+                .then(|| Mutex::new(external(settings.rebalance_limit))),
         });
         match (maps, written) {
             (Some(maps), Some(written)) => {
@@ -188,6 +197,38 @@ impl Coordinator {
     /// The running (or last) rebalance round, as this coordinator's events tell it.
     pub fn rebalancing(&self) -> RebalancingStatus {
         self.read.lock().unwrap_or_else(|e| e.into_inner()).rebalancing().clone()
+    }
+
+    /// New external assignments (shard number, node name), on top of those given before, after
+    /// checking them against the map and the members: every shard in range, every node a member
+    /// that is `Up`. Planned at once; shards move by the usual hand-off.
+    pub fn assign(&self, assignments: &[(u32, String)]) -> Result<(), String> {
+        let Some(external) = &self.external else {
+            return Err(format!("entity type {} does not use the External strategy", self.type_key));
+        };
+        let mut checked = Err("the coordinator is still starting".to_string());
+        self.input(|e, now| {
+            let shards = e.shard_map().num_shards();
+            let up = |name: &str| e.view().members().any(|m| &*m.node.name == name && m.status == MemberStatus::Up);
+            for (shard, node) in assignments {
+                if *shard >= shards {
+                    checked = Err(format!("shard {shard} is out of range (the type has {shards})"));
+                    return;
+                }
+                if !up(node) {
+                    checked = Err(format!("{node} is not a member that is Up"));
+                    return;
+                }
+            }
+            let mut ext = external.lock().unwrap_or_else(|p| p.into_inner());
+            for (shard, node) in assignments {
+                ext.assign(ShardId(*shard), node.clone());
+            }
+            info!(type_key = %self.type_key, assignments = assignments.len(), "external assignments");
+            e.replace_strategy(now, Box::new(ext.clone()));
+            checked = Ok(());
+        });
+        checked
     }
 
     /// An operator asked for a rebalance: plan now.

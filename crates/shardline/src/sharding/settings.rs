@@ -65,6 +65,11 @@ pub enum StrategyKind {
     ConsistentHash,
     /// Contiguous ranges over the ordered members.
     Ranges,
+    /// Placement decided outside (e.g. aligned with Kafka partitions), given through
+    /// [`Cluster::assign_shards`](crate::Cluster::assign_shards) or the admin API's
+    /// `PUT /api/shards`; shards it does not name, or whose named node cannot host them now, are
+    /// placed as by `LeastShards`.
+    External,
 }
 
 impl EntitySettings {
