@@ -93,8 +93,8 @@ pub struct NodeArgs {
     /// Application version (for version-aware allocation).
     #[arg(long, env = "SHARDLINE_APP_VERSION", default_value = "1")]
     pub app_version: String,
-    /// Allocation strategy of the account type: least-shards, version-aware, consistent-hash
-    /// or ranges (the same on every node).
+    /// Allocation strategy of the account type: least-shards, version-aware, consistent-hash,
+    /// ranges or external (placed through the admin API; the same on every node).
     #[arg(long, env = "SHARDLINE_STRATEGY", default_value = "least-shards")]
     pub strategy: StrategyArg,
     /// Append shard start/stop lines to this file.

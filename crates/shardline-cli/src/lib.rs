@@ -38,7 +38,8 @@ pub async fn register_accounts(
     cluster.register_event_sourced::<Account>(settings, EventSourcedSettings::default()).await
 }
 
-/// A `--strategy` value: `least-shards` (default), `version-aware`, `consistent-hash`, `ranges`.
+/// A `--strategy` value: `least-shards` (default), `version-aware`, `consistent-hash`, `ranges`,
+/// `external` (shards placed through the admin API's `PUT /api/shards`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct StrategyArg(pub StrategyKind);
 
@@ -51,7 +52,12 @@ impl std::str::FromStr for StrategyArg {
             "version-aware" => StrategyKind::VersionAware,
             "consistent-hash" => StrategyKind::ConsistentHash,
             "ranges" => StrategyKind::Ranges,
-            _ => return Err(format!("expected least-shards, version-aware, consistent-hash or ranges, got {s:?}")),
+            "external" => StrategyKind::External,
+            _ => {
+                return Err(format!(
+                    "expected least-shards, version-aware, consistent-hash, ranges or external, got {s:?}"
+                ))
+            }
         }))
     }
 }
@@ -63,6 +69,7 @@ impl std::fmt::Display for StrategyArg {
             StrategyKind::VersionAware => "version-aware",
             StrategyKind::ConsistentHash => "consistent-hash",
             StrategyKind::Ranges => "ranges",
+            StrategyKind::External => "external",
         })
     }
 }
