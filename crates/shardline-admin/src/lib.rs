@@ -103,10 +103,35 @@ async fn prometheus(axum::extract::State(s): axum::extract::State<AdminState>) -
     match &s.metrics {
         Some(h) => {
             hosting_gauges(&s.cluster);
-            ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], h.render()).into_response()
+            let mut text = h.render();
+            ask_metrics(&s.cluster.ask_stats(), &mut text);
+            ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
         }
         None => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "this process records no metrics").into_response(),
     }
+}
+
+/// Asks by outcome and the sampled ask latency, written as Prometheus text from the runtime's
+/// per-thread counts (which no shared counter could keep without costing every ask).
+fn ask_metrics(stats: &shardline::AskStats, out: &mut String) {
+    use std::fmt::Write;
+    let _ = writeln!(out, "# HELP shardline_asks_total Asks by outcome.\n# TYPE shardline_asks_total counter");
+    for (outcome, n) in shardline::AskStats::OUTCOMES.iter().zip(stats.outcomes) {
+        let _ = writeln!(out, "shardline_asks_total{{outcome=\"{outcome}\"}} {n}");
+    }
+    let _ = writeln!(
+        out,
+        "# HELP shardline_ask_seconds Latency of asks from send to reply, one in {} timed.\n# TYPE shardline_ask_seconds histogram",
+        shardline::AskStats::SAMPLE_EVERY
+    );
+    let mut cumulative = 0;
+    for (bound, n) in shardline::AskStats::BUCKETS_US.iter().zip(stats.buckets) {
+        cumulative += n;
+        let _ = writeln!(out, "shardline_ask_seconds_bucket{{le=\"{}\"}} {cumulative}", *bound as f64 / 1e6);
+    }
+    let _ = writeln!(out, "shardline_ask_seconds_bucket{{le=\"+Inf\"}} {}", stats.timed());
+    let _ = writeln!(out, "shardline_ask_seconds_sum {}", stats.sum_us as f64 / 1e6);
+    let _ = writeln!(out, "shardline_ask_seconds_count {}", stats.timed());
 }
 
 /// What the node hosts, read at each scrape rather than kept up to date on every message: the

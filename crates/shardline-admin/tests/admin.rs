@@ -138,11 +138,27 @@ async fn metrics_render_what_the_runtime_counts() {
     // What the node hosts, read at the scrape.
     ready_within(addr, Duration::from_secs(10)).await;
     let echo = c.handle::<Echo>().unwrap();
+    let counted = |body: &str, outcome: &str| {
+        body.lines()
+            .find_map(|l| l.strip_prefix(&format!("shardline_asks_total{{outcome=\"{outcome}\"}} ")))
+            .and_then(|n| n.parse::<u64>().ok())
+    };
+    let before = counted(&request(addr, "GET", "/metrics").await.1, "ok").expect("asks are counted");
     echo.entity_ref("a").ask(Ping).await.unwrap();
     echo.entity_ref("b").ask(Ping).await.unwrap();
+    // Enough asks that some are timed (one in 64 per thread).
+    for i in 0..300 {
+        echo.entity_ref(format!("many-{}", i % 5)).ask(Ping).await.unwrap();
+    }
     let (_, body) = request(addr, "GET", "/metrics").await;
+    assert!(counted(&body, "ok").is_some_and(|n| n >= before + 302), "{body}");
+    assert_eq!(counted(&body, "timeout"), Some(0), "{body}");
+    let timed =
+        body.lines().find_map(|l| l.strip_prefix("shardline_ask_seconds_count ")).and_then(|n| n.parse::<u64>().ok());
+    assert!(timed.is_some_and(|n| n >= 300 / 64 - 1), "{body}");
+    assert!(body.lines().any(|l| l.starts_with("shardline_ask_seconds_bucket{le=\"+Inf\"} ")), "{body}");
     for line in
-        ["shardline_shards_hosted{type=\"admin-metrics\"} 16", "shardline_entities_in_memory{type=\"admin-metrics\"} 2"]
+        ["shardline_shards_hosted{type=\"admin-metrics\"} 16", "shardline_entities_in_memory{type=\"admin-metrics\"} 7"]
     {
         assert!(body.lines().any(|l| l == line), "no line {line} in:\n{body}");
     }

@@ -58,6 +58,7 @@ pub use entity::{
 };
 pub use error::{ConfigError, Error, Processed, TransportError};
 pub use membership::{ClusterView, Gossip, GossipConfig, MembershipProvider};
+pub use sharding::ask_stats::AskStats;
 pub use sharding::region::Hosting;
 pub use shardline_core::{DomainEvent, EntityId, Epoch, MemberStatus, NodeId, ShardId, TypeKey};
 pub use transport::TransportConfig;

@@ -391,6 +391,12 @@ impl Cluster {
         self.inner.node.transport().shutdown();
     }
 
+    /// What this process's asks did so far: outcomes, and the latency of a sample (all nodes of
+    /// the process together; a process runs one node outside of tests).
+    pub fn ask_stats(&self) -> crate::AskStats {
+        crate::sharding::ask_stats::read()
+    }
+
     /// What this node hosts, per registered entity type (sorted by type).
     pub fn hosting(&self) -> Vec<crate::Hosting> {
         let mut all: Vec<crate::Hosting> = self.regions().iter().map(|r| r.hosting()).collect();

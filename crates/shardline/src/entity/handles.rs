@@ -11,6 +11,7 @@ use tokio::sync::oneshot;
 
 use crate::entity::Entity;
 use crate::error::Error;
+use crate::sharding::ask_stats;
 use crate::sharding::envelope::Body;
 use crate::sharding::node::Node;
 use crate::sharding::region::{Region, RegionDyn};
@@ -124,6 +125,13 @@ impl<E: Entity> EntityRef<E> {
     /// # Cancel safety
     /// Dropping the future abandons the reply; the message may still be processed.
     pub async fn ask_timeout(&self, msg: E::Message, timeout: Duration) -> Result<E::Reply, Error> {
+        let started = ask_stats::start();
+        let r = self.ask_once(msg, timeout).await;
+        ask_stats::finish(started, &r);
+        r
+    }
+
+    async fn ask_once(&self, msg: E::Message, timeout: Duration) -> Result<E::Reply, Error> {
         let (tx, rx) = oneshot::channel();
         self.region.send_in(self.shard, &self.id, Body::Typed { msg, reply: Some(tx) })?;
         match self.region.deadlines().within(timeout, rx).await {

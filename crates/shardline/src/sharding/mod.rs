@@ -2,6 +2,7 @@
 //! changes and time, and carry their commands out; shard hosts that run entities; and the
 //! [`Entity`](entity::Entity) contract they host, which the entity layer re-exports and builds on.
 
+pub(crate) mod ask_stats;
 pub(crate) mod claim;
 pub(crate) mod coordinator;
 pub(crate) mod deadlines;

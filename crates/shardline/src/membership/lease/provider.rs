@@ -155,7 +155,12 @@ async fn execute(store: Arc<dyn CoordinationStore>, op: StoreOp) -> StoreAnswer 
             Err(e) => StoreAnswer::Failed(e.to_string()),
         },
         StoreOp::Refresh { key, value, revision, ttl_ms } => match encode_value(&value) {
-            Ok(v) => store.refresh(&key, v, revision, ttl(ttl_ms)).await.map_or_else(failed, StoreAnswer::Written),
+            Ok(v) => {
+                let started = std::time::Instant::now();
+                let r = store.refresh(&key, v, revision, ttl(ttl_ms)).await;
+                metrics::histogram!("shardline_lease_renewal_seconds").record(started.elapsed().as_secs_f64());
+                r.map_or_else(failed, StoreAnswer::Written)
+            }
             Err(e) => StoreAnswer::Failed(e.to_string()),
         },
         StoreOp::CompareAndPut { key, value, revision } => match encode_value(&value) {
