@@ -18,6 +18,7 @@
 //! - `GET /api/events`: the cluster's domain events as server-sent events.
 //! - `POST /api/nodes/{name}/drain`: that member leaves gracefully (202; a second drain is a 409).
 //!   `POST /api/rebalance?type=T`: the leader plans a rebalance now (202).
+//! - `GET /api/openapi.json`: this API, in OpenAPI 3.
 //! - `GET /metrics`: the runtime's counters in Prometheus' text format, from the process's
 //!   `metrics` recorder ([`install_prometheus`]), and per entity type the shards and entities
 //!   this node hosts and the messages it buffers, read at each scrape.
@@ -74,6 +75,7 @@ pub fn router(cluster: Cluster, metrics: Option<PrometheusHandle>) -> Router {
         .route("/api/rebalancing", get(api::rebalancing))
         .route("/api/rebalance", post(api::rebalance))
         .route("/api/events", get(api::events))
+        .route("/api/openapi.json", get(openapi))
         .route("/api/nodes/{name}/drain", post(api::drain))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such path") })
@@ -86,6 +88,11 @@ pub fn router(cluster: Cluster, metrics: Option<PrometheusHandle>) -> Router {
 /// The dashboard: one page, no build step, that reads the API and follows `/api/events`.
 async fn dashboard() -> axum::response::Html<&'static str> {
     axum::response::Html(include_str!("dashboard.html"))
+}
+
+/// The API described in OpenAPI 3.
+async fn openapi() -> ([(header::HeaderName, &'static str); 1], &'static str) {
+    ([(header::CONTENT_TYPE, "application/json")], include_str!("openapi.json"))
 }
 
 /// Serves `router` on `listener` until the process ends or the listener fails.

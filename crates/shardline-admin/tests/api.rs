@@ -154,6 +154,35 @@ async fn any_node_answers_for_the_whole_cluster() {
     assert_eq!(status, 405, "{body}");
     let (status, _) = get_json(addr, "/api/cluster").await;
     assert_eq!(status, 200, "still serving");
+
+    // The OpenAPI document names every route the node serves, and each one it names is served.
+    let (status, doc) = get_json(addr, "/api/openapi.json").await;
+    assert_eq!((status, doc["openapi"].as_str().map(|v| v.starts_with("3."))), (200, Some(true)));
+    let paths = doc["paths"].as_object().expect("paths");
+    for route in [
+        "/",
+        "/health/live",
+        "/health/ready",
+        "/metrics",
+        "/api/cluster",
+        "/api/shards",
+        "/api/rebalancing",
+        "/api/rebalance",
+        "/api/events",
+        "/api/nodes/{name}/drain",
+        "/api/openapi.json",
+    ] {
+        assert!(paths.contains_key(route), "{route} is not documented");
+    }
+    for (path, methods) in paths {
+        for method in methods.as_object().unwrap().keys() {
+            if path == "/api/events" || path.contains("drain") {
+                continue; // a stream that does not end; a drain that would start
+            }
+            let (status, body) = request(addr, &method.to_uppercase(), path).await;
+            assert!(status != 405 && !body.contains("no such path"), "{method} {path}: {status} {body}");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -40,7 +40,9 @@ pub enum Command {
     },
     /// Drain a member: it hands its shards off and leaves the cluster.
     Drain {
-        /// The member's name.
+        /// The member's name (default: `SHARDLINE_NAME`, this node's own name where a node runs,
+        /// so that a pod's `preStop` hook is `shardline drain`).
+        #[arg(env = "SHARDLINE_NAME")]
         node: String,
         #[command(flatten)]
         admin: AdminArgs,
