@@ -91,3 +91,28 @@ fn a_rebalance_request_on_a_balanced_map_moves_nothing() {
     c.handle_rebalance_request(7);
     assert!(drain(&mut c).is_empty(), "a stopped coordinator ignores requests");
 }
+
+#[test]
+fn assignments_are_checked_against_the_map_and_the_hosts() {
+    use shardline_core::PlanProblem;
+    let mut c = coordinator(4, &["a", "b"]);
+    drain(&mut c);
+    assert_eq!(c.check_assignments(&[(ShardId(0), "a".into()), (ShardId(3), "b".into())]), Ok(()));
+    assert_eq!(
+        c.check_assignments(&[(ShardId(0), "a".into()), (ShardId(4), "a".into())]),
+        Err((ShardId(4), PlanProblem::OutOfRange))
+    );
+    assert_eq!(
+        c.check_assignments(&[(ShardId(1), "ghost".into())]),
+        Err((ShardId(1), PlanProblem::NotAHost { node: "ghost".into() }))
+    );
+    // A member that is leaving may not be given shards.
+    let mut v = view(&["a", "b"]);
+    v.set_status(&node("b"), MemberStatus::Leaving).unwrap();
+    c.handle_membership(5, &v);
+    drain(&mut c);
+    assert_eq!(
+        c.check_assignments(&[(ShardId(1), "b".into())]),
+        Err((ShardId(1), PlanProblem::NotAHost { node: "b".into() }))
+    );
+}

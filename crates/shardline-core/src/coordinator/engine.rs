@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::command::CoordinatorCommand;
 use super::hand_off::HandOff;
-use crate::allocation::AllocationStrategy;
+use crate::allocation::{AllocationStrategy, PlanProblem};
 use crate::events::{DomainEvent, RebalanceReason};
 use crate::id::{NodeId, ShardId};
 use crate::membership::{MemberStatus, MembershipView};
@@ -295,6 +295,22 @@ impl CoordinatorEngine {
         }
         self.schedule_rebalance(now, RebalanceReason::Requested);
         self.after_input(now);
+    }
+
+    /// Checks assignments given from outside (`External`) before any is taken: every shard in the
+    /// map, every node a member that may host now (the same hosts a plan uses). The first wrong one
+    /// is returned.
+    pub fn check_assignments(&self, assignments: &[(ShardId, String)]) -> Result<(), (ShardId, PlanProblem)> {
+        let hosts = self.hosts();
+        for (shard, node) in assignments {
+            if self.map.slot(*shard).is_none() {
+                return Err((*shard, PlanProblem::OutOfRange));
+            }
+            if !hosts.iter().any(|m| &*m.node.name == node.as_str()) {
+                return Err((*shard, PlanProblem::NotAHost { node: node.clone() }));
+            }
+        }
+        Ok(())
     }
 
     /// A region registered for `term` and reported the shards it hosts; `hosting` is false for a

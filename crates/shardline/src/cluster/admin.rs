@@ -350,10 +350,7 @@ impl Cluster {
                 }
                 info!(node = %self.node_id(), "drain requested by an operator: leaving");
                 let me = self.clone();
-                tokio::spawn(async move {
-                    let r = me.leave_steps(DRAIN_LIMIT).await;
-                    me.end_leave(r);
-                });
+                tokio::spawn(async move { me.run_leave(DRAIN_LIMIT).await });
                 Ok(AdminAnswer::Draining)
             }
         }

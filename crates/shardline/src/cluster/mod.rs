@@ -284,9 +284,7 @@ impl Cluster {
         if !self.begin_leave() {
             return self.left().await;
         }
-        let r = self.leave_steps(timeout).await;
-        self.end_leave(r.clone());
-        r
+        self.run_leave(timeout).await
     }
 
     /// Resolves when this node's graceful leave is over, with its outcome, however it was started
@@ -303,11 +301,6 @@ impl Cluster {
         }
     }
 
-    /// Whether this node leaves or has left.
-    pub fn is_leaving(&self) -> bool {
-        !matches!(*self.inner.leave.borrow(), Leave::Staying)
-    }
-
     /// Marks the leave begun; false when it had begun already.
     pub(super) fn begin_leave(&self) -> bool {
         self.inner.leave.send_if_modified(|s| match s {
@@ -319,11 +312,15 @@ impl Cluster {
         })
     }
 
-    pub(super) fn end_leave(&self, r: Result<(), Error>) {
-        self.inner.leave.send_replace(Leave::Left(r));
+    /// Runs the leave [`begin_leave`](Self::begin_leave) marked, and records its outcome for
+    /// [`left`](Self::left).
+    pub(super) async fn run_leave(&self, timeout: Duration) -> Result<(), Error> {
+        let r = self.leave_steps(timeout).await;
+        self.inner.leave.send_replace(Leave::Left(r.clone()));
+        r
     }
 
-    pub(super) async fn leave_steps(&self, timeout: Duration) -> Result<(), Error> {
+    async fn leave_steps(&self, timeout: Duration) -> Result<(), Error> {
         info!(node = %self.inner.node.id(), "leaving the cluster");
         self.inner.control.leave();
         let deadline = Instant::now() + timeout;

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use shardline_core::{
     AllocationStrategy, ClusterReadModel, ConsistentHash, CoordinatorCommand, CoordinatorConfig, CoordinatorEngine,
-    External, LeastShards, MemberStatus, MembershipView, NodeId, Ranges, RebalancingStatus, RoundLimit, ShardId,
-    ShardMap, Term, ToCoordinator, TypeKey, VersionAware,
+    External, LeastShards, MembershipView, NodeId, Ranges, RebalancingStatus, RoundLimit, ShardId, ShardMap, Term,
+    ToCoordinator, TypeKey, VersionAware,
 };
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
@@ -199,30 +199,23 @@ impl Coordinator {
         self.read.lock().unwrap_or_else(|e| e.into_inner()).rebalancing().clone()
     }
 
-    /// New external assignments (shard number, node name), on top of those given before, after
-    /// checking them against the map and the members: every shard in range, every node a member
-    /// that is `Up`. Planned at once; shards move by the usual hand-off.
+    /// New external assignments (shard number, node name), on top of those given before, once
+    /// the engine has checked them all (`CoordinatorEngine::check_assignments`): none is taken
+    /// when one is wrong. Planned at once; shards move by the usual hand-off.
     pub fn assign(&self, assignments: &[(u32, String)]) -> Result<(), String> {
         let Some(external) = &self.external else {
             return Err(format!("entity type {} does not use the External strategy", self.type_key));
         };
-        let mut checked = Err("the coordinator is still starting".to_string());
+        let assignments: Vec<(ShardId, String)> = assignments.iter().map(|(s, n)| (ShardId(*s), n.clone())).collect();
+        let mut checked = Err("the coordinator is not running".to_string());
         self.input(|e, now| {
-            let shards = e.shard_map().num_shards();
-            let up = |name: &str| e.view().members().any(|m| &*m.node.name == name && m.status == MemberStatus::Up);
-            for (shard, node) in assignments {
-                if *shard >= shards {
-                    checked = Err(format!("shard {shard} is out of range (the type has {shards})"));
-                    return;
-                }
-                if !up(node) {
-                    checked = Err(format!("{node} is not a member that is Up"));
-                    return;
-                }
+            if let Err((shard, problem)) = e.check_assignments(&assignments) {
+                checked = Err(format!("{shard}: {problem}"));
+                return;
             }
             let mut ext = external.lock().unwrap_or_else(|p| p.into_inner());
-            for (shard, node) in assignments {
-                ext.assign(ShardId(*shard), node.clone());
+            for (shard, node) in &assignments {
+                ext.assign(*shard, node.clone());
             }
             info!(type_key = %self.type_key, assignments = assignments.len(), "external assignments");
             e.replace_strategy(now, Box::new(ext.clone()));
