@@ -252,7 +252,7 @@ impl Cluster {
 
     /// Gives shards of `type_key`, a type with the `External` strategy, to the named members:
     /// (shard number, node name) pairs, on top of those given before. The leader checks them
-    /// (every shard in range, every node a member that is `Up`: otherwise nothing is taken,
+    /// (every shard in range, every node a member that may host now: otherwise nothing is taken,
     /// [`AdminError::Invalid`]) and moves the shards by the usual hand-off.
     ///
     /// The assignments live in the leader's coordinator: a new leader keeps the map as it finds
