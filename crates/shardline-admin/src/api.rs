@@ -17,6 +17,7 @@ use shardline::{AdminError as Refused, TypeKey};
 use tokio::sync::broadcast::error::RecvError;
 use tracing::warn;
 
+use crate::auth::Authorized;
 use crate::error::ApiError;
 use crate::AdminState;
 
@@ -92,6 +93,7 @@ pub(crate) async fn rebalancing(
 
 pub(crate) async fn rebalance(
     State(s): State<AdminState>,
+    _: Authorized,
     q: Result<Query<TypeParam>, QueryRejection>,
 ) -> Result<(StatusCode, Json<shardline::RebalancingReport>), ApiError> {
     let t = type_of(&s, q)?;
@@ -119,6 +121,7 @@ struct Assignment {
 /// leader refuses (422); nothing of a refused body is taken.
 pub(crate) async fn assign(
     State(s): State<AdminState>,
+    _: Authorized,
     q: Result<Query<TypeParam>, QueryRejection>,
     body: Result<Json<Assignments>, JsonRejection>,
 ) -> Result<(StatusCode, Json<shardline::RebalancingReport>), ApiError> {
@@ -131,6 +134,7 @@ pub(crate) async fn assign(
 
 pub(crate) async fn drain(
     State(s): State<AdminState>,
+    _: Authorized,
     name: Result<Path<String>, PathRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let Path(name) = name.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
@@ -141,7 +145,7 @@ pub(crate) async fn drain(
 /// Server-sent events: one per domain event, named by its kind, its data the event as JSON with
 /// `type` (the entity type) and `kind`. A client that falls behind gets a `lagged` event saying
 /// how many it missed, and should read the state again.
-pub(crate) async fn events(State(s): State<AdminState>) -> Response {
+pub(crate) async fn events(State(s): State<AdminState>, _: Authorized) -> Response {
     let rx = s.cluster.events();
     let stream = stream::unfold(rx, |mut rx| async move {
         let event = match rx.recv().await {

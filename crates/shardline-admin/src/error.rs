@@ -10,6 +10,13 @@ pub enum AdminError {
     /// The Prometheus recorder could not be installed (the process has a recorder already).
     #[error("cannot install the Prometheus recorder: {0}")]
     Metrics(String),
+    /// The token cannot be used.
+    #[error("admin token: {0}")]
+    BadToken(String),
+    /// The API would listen beyond loopback with no token: anyone who reaches it could drain the
+    /// cluster.
+    #[error("the admin API on {0} is reachable from other hosts: it needs a token (--admin-token or SHARDLINE_ADMIN_TOKEN), or a loopback address")]
+    TokenRequired(std::net::SocketAddr),
 }
 
 /// An answer that is an error: its status and `{"error": "..."}`.

@@ -26,18 +26,26 @@
 //! Every answer is JSON but the metrics; every 4xx and 5xx is `{"error": "..."}`: an unknown
 //! path is a 404, a wrong method a 405.
 //!
+//! With an [`AdminToken`], the actions (drain, rebalance, `PUT /api/shards`) and the event
+//! stream need `Authorization: Bearer <token>` (401 without it); reads stay open for probes and
+//! scrapers. An API on an address other than loopback must have one ([`check_exposure`]).
+//!
 //! ```no_run
-//! # async fn run(cluster: shardline::Cluster) -> std::io::Result<()> {
+//! # async fn run(cluster: shardline::Cluster) -> Result<(), Box<dyn std::error::Error>> {
 //! let metrics = shardline_admin::install_prometheus().ok();
-//! let listener = tokio::net::TcpListener::bind("127.0.0.1:9090").await?;
-//! shardline_admin::serve(listener, shardline_admin::router(cluster, metrics)).await
-//! # }
+//! let token = shardline_admin::AdminToken::new(std::env::var("SHARDLINE_ADMIN_TOKEN")?)?;
+//! let addr: std::net::SocketAddr = "0.0.0.0:9090".parse()?;
+//! shardline_admin::check_exposure(addr, Some(&token))?;
+//! let listener = tokio::net::TcpListener::bind(addr).await?;
+//! shardline_admin::serve(listener, shardline_admin::router(cluster, metrics, Some(token))).await?;
+//! # Ok(()) }
 //! ```
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod api;
+mod auth;
 mod error;
 mod health;
 
@@ -50,6 +58,7 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 pub use metrics_exporter_prometheus::PrometheusHandle;
 use shardline::Cluster;
 
+pub use auth::{check_exposure, AdminToken, MIN_TOKEN_LEN};
 pub use error::{AdminError, ApiError};
 
 /// The largest request body read (a bigger one is a 413).
@@ -60,11 +69,12 @@ pub const MAX_BODY: usize = 64 * 1024;
 struct AdminState {
     cluster: Cluster,
     metrics: Option<PrometheusHandle>,
+    token: Option<AdminToken>,
 }
 
 /// The admin API of `cluster`'s node. `metrics` renders `/metrics`; without it that path answers
-/// 503 (this process records no metrics).
-pub fn router(cluster: Cluster, metrics: Option<PrometheusHandle>) -> Router {
+/// 503 (this process records no metrics). With `token`, acting and following the events need it.
+pub fn router(cluster: Cluster, metrics: Option<PrometheusHandle>, token: Option<AdminToken>) -> Router {
     Router::new()
         .route("/", get(dashboard))
         .route("/health/live", get(health::live))
@@ -82,7 +92,7 @@ pub fn router(cluster: Cluster, metrics: Option<PrometheusHandle>) -> Router {
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this path")
         })
-        .with_state(AdminState { cluster, metrics })
+        .with_state(AdminState { cluster, metrics, token })
 }
 
 /// The dashboard: one page, no build step, that reads the API and follows `/api/events`.

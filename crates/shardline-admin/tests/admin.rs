@@ -48,7 +48,7 @@ async fn node(name: &str, metrics: Option<metrics_exporter_prometheus::Prometheu
     c.register::<Echo>(EntitySettings::new(name).shards(16)).await.unwrap();
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
-    tokio::spawn(shardline_admin::serve(l, shardline_admin::router(c.clone(), metrics)));
+    tokio::spawn(shardline_admin::serve(l, shardline_admin::router(c.clone(), metrics, None)));
     (c, addr)
 }
 

@@ -30,14 +30,21 @@ const SHARDS: u32 = 16;
 
 /// One HTTP/1.1 request on a connection of its own: the status and the body.
 async fn request(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
+    let (status, _, body) = request_with(addr, method, path, "").await;
+    (status, body)
+}
+
+/// A request with `headers` (each ending in CRLF): the status, the head and the body.
+async fn request_with(addr: SocketAddr, method: &str, path: &str, headers: &str) -> (u16, String, String) {
     let mut s = TcpStream::connect(addr).await.unwrap();
-    let req = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    let req =
+        format!("{method} {path} HTTP/1.1\r\nHost: test\r\n{headers}Content-Length: 0\r\nConnection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await.unwrap();
     let mut raw = String::new();
     s.read_to_string(&mut raw).await.unwrap();
     let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
     let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    (status, body.to_string())
+    (status, head.to_string(), body.to_string())
 }
 
 async fn get_json(addr: SocketAddr, path: &str) -> (u16, Value) {
@@ -47,6 +54,15 @@ async fn get_json(addr: SocketAddr, path: &str) -> (u16, Value) {
 
 /// A node of cluster `cluster` (joining by `seed`) with one entity type, and its admin API.
 async fn node(cluster: &str, name: &str, seed: Option<SocketAddr>) -> (Cluster, SocketAddr) {
+    node_with_token(cluster, name, seed, None).await
+}
+
+async fn node_with_token(
+    cluster: &str,
+    name: &str,
+    seed: Option<SocketAddr>,
+    token: Option<shardline_admin::AdminToken>,
+) -> (Cluster, SocketAddr) {
     let b = Cluster::builder().cluster_name(cluster).node_name(name);
     let b = match seed {
         Some(s) => b.membership(Gossip::new([s.to_string()])),
@@ -56,7 +72,7 @@ async fn node(cluster: &str, name: &str, seed: Option<SocketAddr>) -> (Cluster, 
     c.register::<Echo>(EntitySettings::new("echo").shards(SHARDS)).await.unwrap();
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
-    tokio::spawn(shardline_admin::serve(l, shardline_admin::router(c.clone(), None)));
+    tokio::spawn(shardline_admin::serve(l, shardline_admin::router(c.clone(), None, token)));
     (c, addr)
 }
 
@@ -359,4 +375,47 @@ async fn external_assignments_through_the_api_move_shards_and_bad_ones_are_refus
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (status, map) = get_json(addr, "/api/shards?type=ext").await;
     assert_eq!((status, owners(&map)), (200, wanted), "nothing of the refused bodies was taken");
+}
+
+/// With a token, acting and following the events need it (401 JSON otherwise); reads do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actions_and_the_event_stream_need_the_token() {
+    let secret = "a-long-enough-admin-token";
+    let token = shardline_admin::AdminToken::new(secret).unwrap();
+    let (_c, addr) = node_with_token("admin-auth", "a", None, Some(token)).await;
+    until(addr, "/api/cluster", "the node up", |v| members_up_with_shards(v, &["a"])).await;
+    let right = format!("Authorization: Bearer {secret}\r\n");
+    let wrong = format!("Authorization: Bearer {secret}x\r\n");
+    let acts = [
+        ("POST", "/api/rebalance?type=echo"),
+        ("POST", "/api/nodes/nobody/drain"),
+        ("PUT", "/api/shards?type=echo"),
+        ("GET", "/api/events"),
+    ];
+    for (method, path) in acts {
+        for (what, header) in [("no token", ""), ("a wrong token", wrong.as_str()), ("a bare token", secret)] {
+            let header = if header == secret { format!("Authorization: {secret}\r\n") } else { header.to_string() };
+            let (status, head, body) = request_with(addr, method, path, &header).await;
+            assert_eq!(status, 401, "{method} {path} with {what}: {body}");
+            assert!(head.to_ascii_lowercase().contains("www-authenticate: bearer"), "{head}");
+            let v: Value = serde_json::from_str(&body).unwrap();
+            assert!(v["error"].as_str().is_some_and(|e| e.contains("bearer token")), "{v}");
+            assert!(!body.contains(secret), "the answer never repeats the token");
+        }
+    }
+    // With it: the actions run (an unknown node is the cluster's own 404).
+    let (status, _, body) = request_with(addr, "POST", "/api/rebalance?type=echo", &right).await;
+    assert_eq!(status, 202, "{body}");
+    let (status, _, body) = request_with(addr, "POST", "/api/nodes/nobody/drain", &right).await;
+    assert_eq!(status, 404, "{body}");
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let req = format!("GET /api/events HTTP/1.1\r\nHost: test\r\n{right}\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut first = String::new();
+    BufReader::new(s).read_line(&mut first).await.unwrap();
+    assert!(first.contains(" 200 "), "the stream opens with the token: {first}");
+    // Reads stay open: probes and scrapers carry no secret.
+    for path in ["/api/cluster", "/api/shards?type=echo", "/api/rebalancing", "/health/live", "/"] {
+        assert_eq!(request(addr, "GET", path).await.0, 200, "{path}");
+    }
 }

@@ -16,6 +16,9 @@ const CALL_LIMIT: Duration = Duration::from_secs(15);
 /// Why a command failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
+    /// The token cannot travel in a header (it has spaces or control characters).
+    #[error("bad admin token: only visible ASCII characters, no spaces")]
+    BadToken,
     /// The URL is not `http://HOST:PORT[/]`.
     #[error("bad admin URL {url:?}: {reason}")]
     BadUrl {
@@ -55,6 +58,7 @@ pub enum ClientError {
 pub struct AdminUrl {
     url: String,
     authority: String,
+    token: Option<String>,
 }
 
 impl AdminUrl {
@@ -70,7 +74,15 @@ impl AdminUrl {
         if host.is_empty() || port.parse::<u16>().is_err() {
             return Err(bad("it must be http://HOST:PORT with a port number"));
         }
-        Ok(AdminUrl { url: format!("http://{authority}"), authority: authority.to_string() })
+        Ok(AdminUrl { url: format!("http://{authority}"), authority: authority.to_string(), token: None })
+    }
+
+    /// Sends `token` as `Authorization: Bearer` with every request.
+    pub fn with_token(self, token: Option<String>) -> Result<AdminUrl, ClientError> {
+        if token.as_ref().is_some_and(|t| !t.bytes().all(|b| b.is_ascii_graphic())) {
+            return Err(ClientError::BadToken);
+        }
+        Ok(AdminUrl { token, ..self })
     }
 
     /// `method path` with an empty body: the answer's JSON for a 2xx, else [`ClientError::Refused`].
@@ -91,8 +103,9 @@ impl AdminUrl {
 
     async fn exchange(&self, method: &str, path: &str) -> Result<(u16, String), ClientError> {
         let mut s = TcpStream::connect(&self.authority).await.map_err(|e| self.unreachable(e.to_string()))?;
+        let auth = self.token.as_ref().map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
         let req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n",
             self.authority
         );
         s.write_all(req.as_bytes()).await.map_err(|e| self.unreachable(e.to_string()))?;

@@ -55,6 +55,19 @@ pub enum Command {
         #[command(flatten)]
         admin: AdminArgs,
     },
+    /// Make a development CA and a certificate per node for mutual TLS between nodes: `ca.pem`,
+    /// `ca.key`, `NODE.pem`, `NODE.key` (keys readable by their owner only). Not for production.
+    Certs {
+        /// Directory to write them to (created if missing; files there are replaced).
+        #[arg(long)]
+        out: std::path::PathBuf,
+        /// Node names, comma separated (each a DNS name: letters, digits, '-' and '.').
+        #[arg(long, value_delimiter = ',', required = true)]
+        nodes: Vec<String>,
+        /// Days the node certificates are valid.
+        #[arg(long, default_value_t = 365, value_parser = clap::value_parser!(u32).range(1..=3650))]
+        days: u32,
+    },
     /// (internal) A bare TCP echo server, the baseline of `bench --scenario remote-ask`.
     #[command(hide = true)]
     EchoServer {
@@ -73,6 +86,9 @@ pub struct AdminArgs {
     /// Print the API's JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// The admin API's bearer token (needed to drain and rebalance, unless the API has none).
+    #[arg(long = "admin-token", env = "SHARDLINE_ADMIN_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -111,9 +127,46 @@ pub struct NodeArgs {
     /// but letters and digits).
     #[arg(long, env = "SHARDLINE_STORE_SCHEMA")]
     pub store_schema: Option<String>,
-    /// Serve the admin HTTP API (health probes, Prometheus metrics) on this address, host:port.
+    /// Serve the admin HTTP API (health probes, metrics, the dashboard, drain and rebalance) on
+    /// this address: PORT (on 127.0.0.1) or HOST:PORT. Beyond loopback it needs --admin-token.
     #[arg(long, env = "SHARDLINE_ADMIN")]
     pub admin: Option<String>,
+    /// Bearer token the admin API's actions (drain, rebalance, shard assignments) and its event
+    /// stream require; at least 16 visible characters. Required when the admin API listens on an
+    /// address other than loopback.
+    #[arg(long, env = "SHARDLINE_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Mutual TLS between nodes.
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+/// Mutual TLS between nodes: all three files, or none (plain TCP, for development only).
+#[derive(Args, Debug, Clone)]
+pub struct TlsArgs {
+    /// This node's certificate (PEM), issued for its node name by the cluster's CA.
+    #[arg(long, env = "SHARDLINE_TLS_CERT", requires_all = ["tls_key", "tls_ca"])]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, env = "SHARDLINE_TLS_KEY", requires_all = ["tls_cert", "tls_ca"])]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// The cluster's CA certificate(s) (PEM): peers must show a certificate it signed.
+    #[arg(long, env = "SHARDLINE_TLS_CA", requires_all = ["tls_cert", "tls_key"])]
+    pub tls_ca: Option<std::path::PathBuf>,
+}
+
+impl TlsArgs {
+    /// The TLS settings these flags name (None: no certificate given); an unreadable file is an
+    /// error that names it.
+    pub fn load(&self) -> Result<Option<shardline::TlsConfig>, String> {
+        match (&self.tls_cert, &self.tls_key, &self.tls_ca) {
+            (Some(cert), Some(key), Some(ca)) => {
+                shardline::TlsConfig::from_files(cert, key, ca).map(Some).map_err(|e| e.to_string())
+            }
+            (None, None, None) => Ok(None),
+            _ => Err("--tls-cert, --tls-key and --tls-ca go together".into()),
+        }
+    }
 }
 
 /// How a process finds its cluster, and how partitions are resolved (the same on every member).
@@ -182,6 +235,9 @@ pub struct LoadArgs {
     /// Write the report as JSON to this file.
     #[arg(long)]
     pub json: Option<String>,
+    /// Mutual TLS with the cluster (the driver's own certificate, for its `--name`).
+    #[command(flatten)]
+    pub tls: TlsArgs,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -221,6 +277,10 @@ pub struct DemoArgs {
     /// directory) or postgres://USER@HOST:PORT/DATABASE (the `postgres` feature).
     #[arg(long)]
     pub store: Option<StoreSpec>,
+    /// Mutual TLS between the nodes and the driver, with a development CA and certificates
+    /// made for the run (as `shardline certs` makes them).
+    #[arg(long)]
+    pub tls: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -255,4 +315,8 @@ pub struct BenchArgs {
     /// (journal, default 1,000).
     #[arg(long)]
     pub entities: Option<u64>,
+    /// Mutual TLS between the nodes (remote-ask), against the same plain-TCP floor: the ratio
+    /// then includes the cost of TLS.
+    #[arg(long)]
+    pub tls: bool,
 }

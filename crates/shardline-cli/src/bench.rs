@@ -14,12 +14,13 @@ use crate::args::BenchArgs;
 use crate::false_downs::FalseDowns;
 use crate::floors::{Multiplexed, PingPong, PAYLOAD};
 use crate::load::{percentiles, probe_ids, shards_per_node, HomeMonitor, Latency};
-use crate::procs::{free_port, journal_flags, work_dir, NodeProc};
+use crate::procs::{free_port, journal_flags, work_dir, NodeProc, RunCerts};
 use shardline_cli::{register_accounts, AccountCmd, Accounts, Echo};
 
 /// Runs a scenario; returns the exit code.
 pub async fn run(args: BenchArgs) -> i32 {
     let result = match args.scenario.as_str() {
+        s if args.tls && s != "remote-ask" => Err(format!("--tls measures remote asks only, not {s}").into()),
         "local-ask" => local_ask(&args).await,
         "remote-ask" => remote_ask(&args).await,
         "idle-memory" => idle_memory(&args).await,
@@ -247,6 +248,7 @@ async fn cluster_of(
     shards: u32,
     what: &str,
     membership: &MembershipSpec,
+    tls: bool,
 ) -> Result<(Vec<NodeProc>, Vec<String>, Cluster, std::path::PathBuf), BoxError> {
     let dir = work_dir(what)?;
     let mut addrs = Vec::new();
@@ -254,30 +256,24 @@ async fn cluster_of(
         addrs.push(format!("127.0.0.1:{}", free_port()?));
     }
     let seed = addrs[0].clone();
+    let names: Vec<String> = (1..=count).map(|i| format!("n{i}")).chain(["driver".to_string()]).collect();
+    let certs = if tls { Some(RunCerts::make(&dir, &names)?) } else { None };
     let mut nodes = Vec::new();
     for (i, addr) in addrs.iter().take(count).enumerate() {
-        let flags = journal_flags(&dir);
-        nodes.push(NodeProc::spawn(
-            &format!("n{}", i + 1),
-            addr,
-            &seed,
-            shards,
-            &membership.to_string(),
-            &dir,
-            &flags,
-        )?);
+        let mut flags = journal_flags(&dir);
+        flags.extend(certs.as_ref().map(|c| c.flags(&names[i])).unwrap_or_default());
+        nodes.push(NodeProc::spawn(&names[i], addr, &seed, shards, &membership.to_string(), &dir, &flags)?);
         if i == 0 {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
     }
     let provider = shardline_cli::membership::provider(membership, "shardline-demo", &[seed]).await?;
-    let driver = Cluster::builder()
-        .cluster_name("shardline-demo")
-        .node_name("driver")
-        .proxy()
-        .membership_boxed(provider)
-        .build()
-        .await?;
+    let mut driver =
+        Cluster::builder().cluster_name("shardline-demo").node_name("driver").proxy().membership_boxed(provider);
+    if let Some(c) = &certs {
+        driver = driver.tls(c.config("driver")?);
+    }
+    let driver = driver.build().await?;
     Ok((nodes, addrs, driver, dir))
 }
 
@@ -300,7 +296,7 @@ async fn remote_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let n = args.entities.unwrap_or(1_000).max(1);
     let d = Duration::from_secs(args.duration_secs);
     let shards = 1024;
-    let (_nodes, _addrs, driver, _dir) = cluster_of(1, shards, "bench-remote", &args.membership).await?;
+    let (_nodes, _addrs, driver, _dir) = cluster_of(1, shards, "bench-remote", &args.membership, args.tls).await?;
     let echo: EntityHandle<Echo> = driver.register::<Echo>(EntitySettings::new("echo").shards(shards)).await?;
     settle(&echo, 1, Duration::from_secs(60)).await?;
     let refs = started_echoes(&echo, n).await?;
@@ -341,6 +337,7 @@ async fn remote_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let (many, pp_ops, pp_lat, single) = measured?;
     Ok(json!({
         "scenario": "remote-ask",
+        "tls": args.tls,
         "concurrency": args.concurrency,
         "entities": n,
         "ops_per_s": many.ops,
@@ -429,7 +426,7 @@ async fn idle_memory(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
 async fn rebalance(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let n = args.entities.unwrap_or(100_000).max(1);
     let shards = 1024;
-    let (mut nodes, addrs, driver, dir) = cluster_of(3, shards, "bench-rebalance", &args.membership).await?;
+    let (mut nodes, addrs, driver, dir) = cluster_of(3, shards, "bench-rebalance", &args.membership, false).await?;
     let accounts: Accounts = register_accounts(&driver, shards, &StrategyKind::LeastShards, None).await?;
     settle(accounts.entities(), 3, Duration::from_secs(60)).await?;
     let next = Arc::new(AtomicU64::new(0));
@@ -508,7 +505,7 @@ async fn all_shards_answer(
 
 async fn failover(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let shards = 256;
-    let (mut nodes, addrs, driver, dir) = cluster_of(3, shards, "bench-failover", &args.membership).await?;
+    let (mut nodes, addrs, driver, dir) = cluster_of(3, shards, "bench-failover", &args.membership, false).await?;
     let accounts: Accounts = register_accounts(&driver, shards, &StrategyKind::LeastShards, None).await?;
     settle(accounts.entities(), 3, Duration::from_secs(60)).await?;
     // Load in the background for the whole scenario.

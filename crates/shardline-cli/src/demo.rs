@@ -15,7 +15,7 @@ use crate::args::DemoArgs;
 use crate::load::{
     percentiles, probe_ids, run_accounts, shards_per_node, AccountRange, HomeMonitor, Invariants, Latency, Ledger,
 };
-use crate::procs::{free_port, work_dir, NodeProc};
+use crate::procs::{free_port, work_dir, NodeProc, RunCerts};
 use shardline_cli::store::StoreSpec;
 use shardline_cli::{register_accounts, Accounts};
 
@@ -233,14 +233,25 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
         args.duration_secs,
         dir.display()
     );
-    let node_flags = |version: &str| -> Vec<String> {
+    let certs = if args.tls {
+        let mut names: Vec<String> = (1..=total_nodes).map(|i| format!("n{i}")).collect();
+        names.push("driver".into());
+        let certs = RunCerts::make(&dir, &names)?;
+        println!("  mutual TLS between every node and the driver (development CA in {}/certs)", dir.display());
+        Some(certs)
+    } else {
+        None
+    };
+    let node_flags = |name: &str, version: &str| -> Vec<String> {
         let mut flags = vec!["--app-version".into(), version.into(), "--strategy".into(), args.strategy.to_string()];
         flags.extend(["--store".into(), store.to_string(), "--store-schema".into(), schema.clone()]);
+        flags.extend(certs.as_ref().map(|c| c.flags(name)).unwrap_or_default());
         flags
     };
     // Node `n{i+1}` on the first version.
     let start_node = |i: usize| {
-        NodeProc::spawn(&format!("n{}", i + 1), &addrs[i], &seed, args.shards, &membership, &dir, &node_flags("1"))
+        let name = format!("n{}", i + 1);
+        NodeProc::spawn(&name, &addrs[i], &seed, args.shards, &membership, &dir, &node_flags(&name, "1"))
     };
     let mut nodes: Vec<NodeProc> = Vec::new();
     for i in 0..args.nodes {
@@ -249,13 +260,14 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
     }
-    let driver = Cluster::builder()
-        .cluster_name("shardline-demo")
-        .node_name("driver")
-        .proxy()
-        .membership_boxed(shardline_cli::membership::provider(&args.membership, "shardline-demo", &seed_list).await?)
-        .build()
-        .await?;
+    let mut driver =
+        Cluster::builder().cluster_name("shardline-demo").node_name("driver").proxy().membership_boxed(
+            shardline_cli::membership::provider(&args.membership, "shardline-demo", &seed_list).await?,
+        );
+    if let Some(c) = &certs {
+        driver = driver.tls(c.config("driver")?);
+    }
+    let driver = driver.build().await?;
     let accounts: Accounts = register_accounts(&driver, args.shards, &args.strategy.0, None).await?;
     let want = args.nodes as usize;
     let d2 = driver.clone();
@@ -316,7 +328,7 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
                 let i: usize = who[1..].parse::<usize>()? - 1;
                 let (addr, seed, shards, membership, dir) =
                     (addrs[i].clone(), seed.clone(), args.shards, membership.clone(), dir.clone());
-                let flags = node_flags(NEW_VERSION);
+                let flags = node_flags(who, NEW_VERSION);
                 let who = who.to_string();
                 progress.line(format!("rolling restart: SIGTERM to {who}, then version {NEW_VERSION}"));
                 let task = tokio::task::spawn_blocking(move || {

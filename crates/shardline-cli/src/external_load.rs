@@ -71,14 +71,16 @@ async fn run_inner(args: LoadArgs) -> Result<LoadReport, Box<dyn std::error::Err
     let (leases, gossip) = args.members.settings()?;
     let m = &args.members;
     let provider = provider_with(&m.membership, &args.cluster, &m.seeds, leases, gossip).await?;
-    let driver = Cluster::builder()
+    let mut driver = Cluster::builder()
         .cluster_name(args.cluster.clone())
         .node_name(name.clone())
         .bind(args.bind.clone())
         .proxy()
-        .membership_boxed(provider)
-        .build()
-        .await?;
+        .membership_boxed(provider);
+    if let Some(tls) = args.tls.load()? {
+        driver = driver.tls(tls);
+    }
+    let driver = driver.build().await?;
     // A proxy never runs a coordinator, so the strategy here is never used.
     let accounts = register_accounts(&driver, args.shards, &StrategyKind::LeastShards, None).await?;
     println!(

@@ -27,7 +27,7 @@ fn init_logs(default: &str) {
 /// One admin call: the answer as a table (`render`) or JSON on stdout, exit 0; an error as one
 /// line on stderr, exit 1.
 async fn admin(a: &args::AdminArgs, method: &str, path: String, render: impl Fn(&serde_json::Value) -> String) -> i32 {
-    let answer = match admin_client::AdminUrl::parse(&a.url) {
+    let answer = match admin_client::AdminUrl::parse(&a.url).and_then(|u| u.with_token(a.token.clone())) {
         Ok(url) => url.call(method, &path).await,
         Err(e) => Err(e),
     };
@@ -75,6 +75,20 @@ fn main() {
                 bench::run(a).await
             }
             args::Command::EchoServer { bind } => floors::echo_server(&bind).await,
+            args::Command::Certs { out, nodes, days } => {
+                match shardline::transport::tls::dev::write_dev_certs(&out, &nodes, days) {
+                    Ok(files) => {
+                        for f in files {
+                            println!("{}", f.display());
+                        }
+                        0
+                    }
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        1
+                    }
+                }
+            }
             args::Command::Status(a) => admin(&a, "GET", "/api/cluster".into(), admin_client::render_status).await,
             args::Command::Shards { type_key, admin: a } => {
                 let query = type_key.map(|t| format!("?type={}", admin_client::encode(&t))).unwrap_or_default();

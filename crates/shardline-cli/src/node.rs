@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use shardline::journal::Journal;
 use shardline::{Cluster, EntitySettings, StrategyKind};
+use shardline_admin::AdminToken;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{error, info, warn};
 
@@ -48,6 +49,10 @@ async fn start(args: &NodeArgs, journal: &Arc<dyn Journal>) -> Result<Cluster, S
     if let Some(p) = &args.ownership_log {
         b = b.ownership_log(p);
     }
+    // Read at every start: a node that rejoins takes a renewed certificate.
+    if let Some(tls) = args.tls.load()? {
+        b = b.tls(tls);
+    }
     let cluster = b.build().await.map_err(|e| e.to_string())?;
     register_all(&cluster, args.shards, &args.strategy.0, journal.clone()).await.map_err(|e| e.to_string())?;
     Ok(cluster)
@@ -58,10 +63,11 @@ async fn serve_admin(
     addr: std::net::SocketAddr,
     cluster: &Cluster,
     metrics: Option<shardline_admin::PrometheusHandle>,
+    token: Option<AdminToken>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    info!(%addr, "admin API listening");
-    let router = shardline_admin::router(cluster.clone(), metrics);
+    info!(%addr, token = token.is_some(), "admin API listening");
+    let router = shardline_admin::router(cluster.clone(), metrics, token);
     Ok(tokio::spawn(async move {
         if let Err(e) = shardline_admin::serve(listener, router).await {
             error!(%addr, error = %e, "the admin API stopped");
@@ -109,13 +115,27 @@ pub async fn run(args: NodeArgs) -> i32 {
             None
         }
     });
+    let token = match args.admin_token.clone().map(AdminToken::new).transpose() {
+        Ok(t) => t,
+        Err(e) => {
+            error!(error = %e, "cannot serve the admin API");
+            eprintln!("{e}");
+            return 1;
+        }
+    };
     let mut admin_addr = None;
     if let Some(a) = &args.admin {
-        match tokio::net::TcpListener::bind(a).await.and_then(|l| l.local_addr()) {
+        // A bare port is on loopback: reachable from this host only, unless said otherwise.
+        let a = if a.parse::<u16>().is_ok() { format!("127.0.0.1:{a}") } else { a.clone() };
+        let checked = match tokio::net::TcpListener::bind(&a).await.and_then(|l| l.local_addr()) {
+            Ok(addr) => shardline_admin::check_exposure(addr, token.as_ref()).map(|()| addr).map_err(|e| e.to_string()),
+            Err(e) => Err(format!("cannot listen on {a}: {e}")),
+        };
+        match checked {
             Ok(addr) => admin_addr = Some(addr),
             Err(e) => {
-                error!(addr = %a, error = %e, "cannot listen for the admin API");
-                eprintln!("cannot listen for the admin API on {a}: {e}");
+                error!(error = %e, "cannot serve the admin API");
+                eprintln!("cannot serve the admin API: {e}");
                 return 1;
             }
         }
@@ -142,7 +162,7 @@ pub async fn run(args: NodeArgs) -> i32 {
                 old.abort();
                 let _ = old.await;
             }
-            admin = match serve_admin(a, &cluster, metrics.clone()).await {
+            admin = match serve_admin(a, &cluster, metrics.clone(), token.clone()).await {
                 Ok(t) => Some(t),
                 Err(e) => {
                     error!(addr = %a, error = %e, "cannot listen for the admin API");

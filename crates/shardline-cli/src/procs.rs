@@ -85,3 +85,41 @@ pub fn work_dir(what: &str) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
 }
+
+/// Development certificates for the nodes of a run (`--tls` of the demo and the benchmarks).
+pub struct RunCerts {
+    dir: PathBuf,
+}
+
+impl RunCerts {
+    /// A new CA and a certificate for each of `names`, in `dir/certs`.
+    pub fn make(dir: &std::path::Path, names: &[String]) -> Result<RunCerts, String> {
+        let dir = dir.join("certs");
+        shardline::transport::tls::dev::write_dev_certs(&dir, names, 1).map_err(|e| e.to_string())?;
+        Ok(RunCerts { dir })
+    }
+
+    /// The flags that give node `name` its certificate.
+    pub fn flags(&self, name: &str) -> Vec<String> {
+        let file = |f: String| self.dir.join(f).display().to_string();
+        vec![
+            "--tls-cert".into(),
+            file(format!("{name}.pem")),
+            "--tls-key".into(),
+            file(format!("{name}.key")),
+            "--tls-ca".into(),
+            file("ca.pem".into()),
+        ]
+    }
+
+    /// The TLS settings of `name`, for a member in this process (the driver).
+    pub fn config(&self, name: &str) -> Result<shardline::TlsConfig, String> {
+        let file = |f: String| self.dir.join(f);
+        shardline::TlsConfig::from_files(
+            file(format!("{name}.pem")),
+            file(format!("{name}.key")),
+            file("ca.pem".into()),
+        )
+        .map_err(|e| e.to_string())
+    }
+}

@@ -444,7 +444,7 @@ async fn a_node_process_serves_its_admin_api() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot listen for the admin API on 256.0.0.1:80"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot listen on 256.0.0.1:80"));
 }
 
 /// `shardline status | shards | drain | rebalance` with `--admin`: the binary against node

@@ -124,6 +124,18 @@ pub enum TransportError {
     /// The handshake did not complete in time.
     #[error("handshake timed out")]
     HandshakeTimeout,
+    /// TLS failed: the peer's certificate is not of the cluster's CA, has expired, is missing,
+    /// or one side does not speak TLS.
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// The peer's certificate is of the cluster's CA but not for the node it claims to be.
+    #[error("the peer's certificate is not for node {node:?}: {reason}")]
+    NotCertified {
+        /// The node name the peer claims.
+        node: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// A configuration the cluster cannot start with.

@@ -61,4 +61,4 @@ pub use membership::{ClusterView, Gossip, GossipConfig, MembershipProvider};
 pub use sharding::ask_stats::AskStats;
 pub use sharding::region::Hosting;
 pub use shardline_core::{DomainEvent, EntityId, Epoch, MemberStatus, NodeId, ShardId, TypeKey};
-pub use transport::TransportConfig;
+pub use transport::{TlsConfig, TransportConfig};

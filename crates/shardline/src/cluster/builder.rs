@@ -7,13 +7,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use shardline_core::NodeId;
 use tokio::sync::{mpsc, watch};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::clock::Clock;
 use crate::error::ConfigError;
 use crate::membership::{ClusterView, Gossip, MembershipProvider, ProviderContext};
 use crate::sharding::node::Node;
-use crate::transport::{Transport, TransportConfig};
+use crate::transport::{TlsConfig, Transport, TransportConfig};
 
 use super::dispatch::{sweep_pending, watch_membership, Dispatcher, GossipLink};
 use super::{Cluster, NodeInner};
@@ -93,6 +93,16 @@ impl ClusterBuilder {
         self
     }
 
+    /// Mutual TLS between nodes with this certificate, key and CA (see
+    /// [`transport::tls`](crate::transport::tls)); the node's certificate must be for its node
+    /// name. Without it the node speaks plain TCP and says so loudly in its log.
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        let mut config = self.transport.take().unwrap_or_else(|| TransportConfig::new(self.cluster_name.clone()));
+        config.tls = Some(tls);
+        self.transport = Some(config);
+        self
+    }
+
     /// Appends `time_ms node type shard epoch start|stop` lines to this file whenever a shard
     /// starts or stops here (for ownership checks).
     pub fn ownership_log(mut self, path: impl Into<std::path::PathBuf>) -> Self {
@@ -114,6 +124,18 @@ impl ClusterBuilder {
         let name = self.node_name.clone().unwrap_or_else(|| addr.to_string());
         let tconf = self.transport.unwrap_or_else(|| TransportConfig::new(self.cluster_name.clone()));
         let tconf = TransportConfig { cluster: self.cluster_name.clone(), ..tconf };
+        match &tconf.tls {
+            Some(tls) => {
+                tls.certifies(&name).map_err(|e| ConfigError::Invalid { name: "tls", reason: e.to_string() })?
+            }
+            None => warn!(
+                node = %name,
+                %addr,
+                "NO TLS: node-to-node traffic is neither encrypted nor authenticated, and anyone who reaches \
+                 this address can join the cluster; give the node a certificate (--tls-cert, --tls-key, --tls-ca) \
+                 outside development"
+            ),
+        }
         let transport = Transport::new(NodeId::new(name, incarnation), &listener, tconf)
             .map_err(|source| ConfigError::Bind { addr: bind.clone(), source })?;
         let me = transport.me().clone();

@@ -7,6 +7,10 @@
 //! FIFO: the only ordering the sharding protocol needs (see the design notes on why not one
 //! shared socket).
 //!
+//! - **TLS**: with a [`TlsConfig`], every connection is TLS 1.3 with a certificate of the
+//!   cluster's CA on both ends, and each end checks that the other's certificate is for the node
+//!   name it claims (see [`tls`]). A connection that fails this is refused with one log line on
+//!   the refusing node. Without one, connections are plain TCP: for development only.
 //! - **Handshake**: the dialer sends `Hello` (protocol version, cluster name, its id, the id it
 //!   expects); a mismatch is refused with a reason on both sides.
 //! - **Limits**: frames over `max_frame` bytes, undecodable frames and unknown kinds close that
@@ -24,7 +28,9 @@
 //!   reached, its queued and new frames are handed back at once as undeliverable, so the
 //!   sharding layer can reroute them.
 
+mod link;
 mod peer;
+pub mod tls;
 pub mod wire;
 
 use std::collections::HashMap;
@@ -35,9 +41,12 @@ use std::time::Duration;
 use shardline_core::NodeId;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+use link::Link;
 use tracing::{debug, warn};
 
 pub use peer::SendError;
+pub use tls::{TlsConfig, TlsError};
 pub use wire::{Payload, Wire, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
 
 use crate::error::TransportError;
@@ -57,6 +66,8 @@ pub struct TransportConfig {
     pub backoff_max: Duration,
     /// Time allowed for connect plus handshake (default 2 s).
     pub connect_timeout: Duration,
+    /// Mutual TLS between nodes (default none: plain TCP, for development).
+    pub tls: Option<TlsConfig>,
 }
 
 impl TransportConfig {
@@ -69,6 +80,7 @@ impl TransportConfig {
             backoff_initial: Duration::from_secs(1),
             backoff_max: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(2),
+            tls: None,
         }
     }
 }
@@ -192,7 +204,7 @@ impl<M: Payload> Transport<M> {
                     Ok((stream, remote)) => {
                         let transport = transport.clone();
                         let t = tokio::spawn(async move {
-                            if let Err(e) = serve(stream, &transport).await {
+                            if let Err(e) = serve(stream, remote, &transport).await {
                                 debug!(%remote, error = %e, "inbound connection closed");
                             }
                         });
@@ -302,6 +314,8 @@ impl<M: Payload> Transport<M> {
         wire::append_message(&msg, &mut buf, self.shared.config.max_frame)?;
         stream.write_all(&buf).await?;
         stream.flush().await?;
+        // TLS: say goodbye, so that the peer reads the message rather than a truncated stream.
+        let _ = stream.shutdown().await;
         Ok(node)
     }
 }
@@ -311,9 +325,10 @@ pub(crate) async fn dial<M: Payload>(
     addr: SocketAddr,
     expect: Option<&NodeId>,
     shared: &Shared<M>,
-) -> Result<(TcpStream, NodeId), TransportError> {
-    let mut stream = TcpStream::connect(addr).await?;
-    stream.set_nodelay(true)?;
+) -> Result<(Link, NodeId), TransportError> {
+    let tcp = TcpStream::connect(addr).await?;
+    tcp.set_nodelay(true)?;
+    let mut stream = Link::dial(tcp, shared.config.tls.as_ref()).await?;
     let hello = Wire::<M>::Hello {
         protocol: PROTOCOL_VERSION,
         cluster: shared.config.cluster.clone(),
@@ -330,6 +345,11 @@ pub(crate) async fn dial<M: Payload>(
                 if &node != e {
                     return Err(TransportError::WrongNode { expected: e.to_string(), found: node.to_string() });
                 }
+            }
+            if let Err(e) = stream.check_peer(&node.name) {
+                warn!(peer = %node, %addr, error = %e, "refusing connection");
+                metrics::counter!("shardline_transport_refused_total").increment(1);
+                return Err(e);
             }
             Ok((stream, node))
         }
@@ -349,19 +369,41 @@ pub(crate) async fn read_frame<M: Payload, R: AsyncReadExt + Unpin>(
     if len > max {
         return Err(TransportError::FrameTooLarge { len, max });
     }
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body).await?;
+    // Grown as the bytes arrive, not allocated as announced: a peer that announces the largest
+    // frame and then sends nothing holds no more memory than it sent.
+    let mut body = Vec::with_capacity(len.min(64 * 1024));
+    let read = (&mut *r).take(len as u64).read_to_end(&mut body).await?;
+    if read < len {
+        return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+    }
     Wire::decode(&body)
 }
 
 /// Serves one inbound connection: handshake as the acceptor, then read frames until it closes.
-async fn serve<M: Payload>(mut stream: TcpStream, transport: &Transport<M>) -> Result<(), TransportError> {
+async fn serve<M: Payload>(tcp: TcpStream, remote: SocketAddr, transport: &Transport<M>) -> Result<(), TransportError> {
     let shared = &*transport.shared;
-    stream.set_nodelay(true)?;
-    let hello =
-        tokio::time::timeout(shared.config.connect_timeout, read_frame::<M, _>(&mut stream, shared.config.max_frame))
-            .await
-            .map_err(|_| TransportError::HandshakeTimeout)??;
+    tcp.set_nodelay(true)?;
+    let refused = |e: TransportError| {
+        warn!(%remote, error = %e, "refusing connection");
+        metrics::counter!("shardline_transport_refused_total").increment(1);
+        e
+    };
+    let timeout = shared.config.connect_timeout;
+    let mut stream = tokio::time::timeout(timeout, Link::accept(tcp, shared.config.tls.as_ref()))
+        .await
+        .map_err(|_| refused(TransportError::HandshakeTimeout))?
+        .map_err(refused)?;
+    let hello = tokio::time::timeout(timeout, read_frame::<M, _>(&mut stream, shared.config.max_frame))
+        .await
+        .map_err(|_| refused(TransportError::HandshakeTimeout))?
+        .map_err(|e| match e {
+            // A TLS record (22: handshake, then version 3.x) read as a length prefix.
+            TransportError::FrameTooLarge { len, .. } if len >> 16 == 0x1603 => {
+                refused(TransportError::Tls("the peer speaks TLS and this node runs without it".into()))
+            }
+            TransportError::Io(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => TransportError::Io(e),
+            e => refused(e),
+        })?;
     let (from, listen, by_address, refusal) = match hello {
         Wire::Hello { protocol, cluster, from, listen, to } => {
             let by_address = to.is_none();
@@ -375,7 +417,7 @@ async fn serve<M: Payload>(mut stream: TcpStream, transport: &Transport<M>) -> R
                     found: shared.me.to_string(),
                 })
             } else {
-                None
+                stream.check_peer(&from.name).err()
             };
             (from, listen, by_address, refusal)
         }
@@ -386,13 +428,16 @@ async fn serve<M: Payload>(mut stream: TcpStream, transport: &Transport<M>) -> R
     };
     let mut buf = Vec::new();
     if let Some(e) = refusal {
-        warn!(peer = %from, error = %e, "refusing connection");
+        warn!(%remote, peer = %from, error = %e, "refusing connection");
+        metrics::counter!("shardline_transport_refused_total").increment(1);
         Wire::<M>::Refuse { reason: e.to_string() }.encode_into(&mut buf)?;
         let _ = stream.write_all(&buf).await;
+        let _ = stream.flush().await;
         return Err(e);
     }
     Wire::<M>::HelloOk { node: shared.me.clone() }.encode_into(&mut buf)?;
     stream.write_all(&buf).await?;
+    stream.flush().await?;
     let Some(handler) = shared.handler.get() else { return Ok(()) };
     // A new connection from a peer means its previous one (if any) broke. Not so for a dial by
     // address (a seed, or a member held down): that short-lived connection is not the peer's

@@ -124,6 +124,10 @@ async fn run<M: Payload>(node: NodeId, addr: SocketAddr, shared: Arc<Shared<M>>,
             if let Err(e) = stream.write_all(&buf).await {
                 break e;
             }
+            // TLS keeps what it could not write yet; plain TCP has nothing to flush.
+            if let Err(e) = stream.flush().await {
+                break e;
+            }
             #[cfg(test)]
             shared.writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         };

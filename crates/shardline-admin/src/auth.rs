@@ -1,0 +1,127 @@
+//! Who may act on the cluster: a bearer token for the actions (drain, rebalance, external
+//! assignments) and the event stream.
+//!
+//! Reads (status, shard maps, health, metrics) stay open: probes and scrapers carry no secret,
+//! and a node bound to loopback is reachable only from its own host. An admin API that listens on
+//! any other address must have a token ([`check_exposure`]): a node refuses to start otherwise.
+
+use std::net::SocketAddr;
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use tracing::warn;
+
+use crate::error::{AdminError, ApiError};
+use crate::AdminState;
+
+/// Shortest token accepted: a guessable one protects nothing.
+pub const MIN_TOKEN_LEN: usize = 16;
+
+/// The admin API's bearer token. Its `Debug` never shows it, and nothing logs it.
+#[derive(Clone)]
+pub struct AdminToken(String);
+
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AdminToken(…)")
+    }
+}
+
+impl AdminToken {
+    /// A token of at least [`MIN_TOKEN_LEN`] visible ASCII characters (what an HTTP header can
+    /// carry unchanged).
+    ///
+    /// ```
+    /// use shardline_admin::AdminToken;
+    /// assert!(AdminToken::new("s3cret-s3cret-s3cret").is_ok());
+    /// assert!(AdminToken::new("short").is_err());
+    /// ```
+    pub fn new(token: impl Into<String>) -> Result<AdminToken, AdminError> {
+        let token = token.into();
+        if token.len() < MIN_TOKEN_LEN {
+            return Err(AdminError::BadToken(format!("shorter than {MIN_TOKEN_LEN} characters")));
+        }
+        if !token.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(AdminError::BadToken("only visible ASCII characters, no spaces".into()));
+        }
+        Ok(AdminToken(token))
+    }
+
+    /// Whether `offered` is the token, in time that does not depend on where they differ.
+    fn matches(&self, offered: &[u8]) -> bool {
+        constant_time_eq(self.0.as_bytes(), offered)
+    }
+}
+
+/// Compares without an early exit: the time taken tells an attacker the length at most.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
+/// Refuses an admin API on `addr` without a token unless `addr` is a loopback address.
+pub fn check_exposure(addr: SocketAddr, token: Option<&AdminToken>) -> Result<(), AdminError> {
+    if token.is_none() && !addr.ip().is_loopback() {
+        return Err(AdminError::TokenRequired(addr));
+    }
+    Ok(())
+}
+
+/// A request allowed to act: it carries the token, or the API has none. Handlers that act take
+/// one; its rejection is a 401 with `{"error": ...}`.
+pub(crate) struct Authorized;
+
+impl FromRequestParts<AdminState> for Authorized {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AdminState) -> Result<Self, Self::Rejection> {
+        let Some(token) = &state.token else { return Ok(Authorized) };
+        let offered = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+            .unwrap_or_default();
+        if token.matches(offered) {
+            return Ok(Authorized);
+        }
+        let why = if offered.is_empty() { "missing" } else { "wrong" };
+        warn!(method = %parts.method, path = %parts.uri.path(), "admin request refused: {why} bearer token");
+        let mut answer = ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            format!("{why} bearer token: this action needs `Authorization: Bearer <admin token>`"),
+        )
+        .into_response();
+        answer.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+        Err(answer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_match_only_exactly() {
+        let t = AdminToken::new("0123456789abcdef").unwrap();
+        assert!(t.matches(b"0123456789abcdef"));
+        assert!(!t.matches(b"0123456789abcdeF"));
+        assert!(!t.matches(b"0123456789abcde"));
+        assert!(!t.matches(b""));
+        assert_eq!(format!("{t:?}"), "AdminToken(…)");
+    }
+
+    #[test]
+    fn a_token_is_needed_beyond_loopback() {
+        let t = AdminToken::new("0123456789abcdef").unwrap();
+        assert!(check_exposure("127.0.0.1:9090".parse().unwrap(), None).is_ok());
+        assert!(check_exposure("[::1]:9090".parse().unwrap(), None).is_ok());
+        assert!(check_exposure("0.0.0.0:9090".parse().unwrap(), None).is_err());
+        assert!(check_exposure("10.1.2.3:9090".parse().unwrap(), None).is_err());
+        assert!(check_exposure("0.0.0.0:9090".parse().unwrap(), Some(&t)).is_ok());
+    }
+}
