@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, the Kubernetes manifests' schemas, unit, property,
 # multi-node and multi-process tests (real partitions between network namespaces among them: run
-# as root), 10,000 simulated schedules of each simulated world, and a short demo run. Installs what
-# it needs from Debian's packages (and the manifests' checker from PyPI) when missing.
+# as root), 10,000 simulated schedules of each simulated world, a bounded run of each fuzz
+# target, and a short demo run. Installs what it needs from Debian's packages (the manifests'
+# checker from PyPI, cargo-fuzz from crates.io) when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,6 +56,23 @@ echo "== simulation (${SHARDLINE_SIM_SCHEDULES:=10000} schedules)"
 SHARDLINE_SIM_SCHEDULES=$SHARDLINE_SIM_SCHEDULES cargo test -p shardline-core --release sim -- --nocapture
 echo "== tests"
 cargo test --workspace --release --all-features -- --skip sim_
+echo "== fuzz (${SHARDLINE_FUZZ_SECS:=30} s per target)"
+# Each fuzz target (fuzz/: frames, messages, the handshake, the coordination store's values) for
+# a bounded time from the seed corpus in fuzz/corpus, under libFuzzer with AddressSanitizer.
+# cargo-fuzz needs nightly flags: RUSTC_BOOTSTRAP lets the stable toolchain take them. New
+# inputs go to a scratch corpus, never into the repository; a crash fails the suite and leaves
+# its input in fuzz/artifacts.
+command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --version 0.13.2 --locked
+for t in frames message handshake lease_value; do
+  mkdir -p "target/fuzz-corpus/$t"
+  log="target/fuzz-$t.log"
+  if ! RUSTC_BOOTSTRAP=1 cargo fuzz run --fuzz-dir fuzz "$t" "target/fuzz-corpus/$t" "fuzz/corpus/$t" -- \
+      -max_total_time="$SHARDLINE_FUZZ_SECS" -rss_limit_mb=2048 -malloc_limit_mb=128 -timeout=10 >"$log" 2>&1; then
+    grep -E -A12 "panicked|ERROR|SUMMARY|artifact" "$log" | head -60 || tail -40 "$log"
+    echo "fuzz target $t failed: its input is in fuzz/artifacts/$t"; exit 1
+  fi
+  echo "$t: $(grep -E "DONE" "$log" | tail -1)"
+done
 echo "== examples"
 cargo run --release -q -p shardline --example counter
 cargo run --release -q -p shardline --example devices

@@ -30,12 +30,15 @@ impl Epoch {
     /// The epoch never handed out: older than every allocation.
     pub const ZERO: Epoch = Epoch { term: 0, seq: 0 };
 
-    /// The epoch a coordinator of `term` gives to the next allocation after `self`.
-    pub fn next(self, term: Term) -> Epoch {
+    /// The epoch a coordinator of `term` gives to the next allocation after `self`: always
+    /// above it. None when there is none within the term (the counter is at its maximum, which
+    /// only a corrupt stored map or report can bring): the shard cannot be allocated again,
+    /// rather than at an epoch that would not fence its previous owner.
+    pub fn next(self, term: Term) -> Option<Epoch> {
         if self.term < term {
-            Epoch { term, seq: 1 }
+            Some(Epoch { term, seq: 1 })
         } else {
-            Epoch { term: self.term, seq: self.seq + 1 }
+            self.seq.checked_add(1).map(|seq| Epoch { term: self.term, seq })
         }
     }
 }
@@ -94,6 +97,14 @@ pub enum MapError {
     /// The map has no shards.
     #[error("a shard map needs at least one shard")]
     Empty,
+    /// No epoch above the shard's exists in the coordinator's term (see [`Epoch::next`]).
+    #[error("{shard} has no epoch left above {epoch}")]
+    EpochExhausted {
+        /// The shard.
+        shard: ShardId,
+        /// Its epoch.
+        epoch: Epoch,
+    },
 }
 
 /// Shard → (owner, epoch), plus a version that grows at every change.
@@ -121,6 +132,22 @@ impl ShardMap {
             return Err(MapError::Empty);
         }
         Ok(ShardMap { version: 0, slots: vec![ShardSlot::default(); num_shards as usize] })
+    }
+
+    /// A new map of `num_shards` that resumes from a stored one: its homes and epoch floors
+    /// taken, its version not (a stored map is read, not trusted to count). A stored map with
+    /// another number of shards (the type was reconfigured) gives nothing.
+    pub fn resume(num_shards: u32, stored: Option<&ShardMap>) -> Result<Self, MapError> {
+        let mut map = ShardMap::new(num_shards)?;
+        if let Some(stored) = stored.filter(|s| s.num_shards() == num_shards) {
+            for (shard, slot) in stored.iter() {
+                map.raise_epoch(shard, slot.epoch)?;
+                if let Some(home) = slot.home() {
+                    map.adopt(shard, home)?;
+                }
+            }
+        }
+        Ok(map)
     }
 
     /// Number of shards.
@@ -160,7 +187,7 @@ impl ShardMap {
     pub fn assign(&mut self, shard: ShardId, owner: NodeId, term: Term) -> Result<Epoch, MapError> {
         let i = self.check(shard)?;
         let slot = &mut self.slots[i];
-        slot.epoch = slot.epoch.next(term);
+        slot.epoch = slot.epoch.next(term).ok_or(MapError::EpochExhausted { shard, epoch: slot.epoch })?;
         slot.owner = Some(owner);
         self.version += 1;
         Ok(slot.epoch)

@@ -109,3 +109,35 @@ fn a_stored_map_with_another_shard_count_is_ignored() {
     assert_eq!(c.shard_map().num_shards(), 2);
     assert!(c.shard_map().iter().all(|(_, slot)| slot.owner.is_none()), "nothing taken from the old map");
 }
+
+/// An epoch at the end of its term's counter (a corrupt report or stored map: no real cluster
+/// makes 2^64 allocations) has no successor: the shard is left unallocated rather than given
+/// an epoch that would not fence the previous owner (before, the counter wrapped to 0, or
+/// panicked).
+#[test]
+fn a_shard_whose_epoch_has_no_successor_is_not_reallocated_below_it() {
+    let last = Epoch { term: 3, seq: u64::MAX };
+    let mut c = recovering(1, &["a", "b"], 3, None);
+    c.handle_register(1, &node("b"), 3, &[(ShardId(0), last)], true);
+    c.handle_register(1, &node("a"), 3, &[], true);
+    assert_eq!(c.shard_map().home(ShardId(0)), Some(ShardHome { owner: node("b"), epoch: last }));
+    drain(&mut c);
+    // b is down: its shard must go elsewhere, at an epoch above `last`, and there is none.
+    c.handle_node_fenced(2, &node("b"));
+    c.handle_timeout(20_000);
+    let cmds = drain(&mut c);
+    let announced: Vec<&ShardHome> = cmds
+        .iter()
+        .flat_map(|cmd| match cmd {
+            CoordinatorCommand::AnnounceShardHomes { homes, .. } => homes.iter().map(|(_, h)| h).collect(),
+            _ => Vec::new(),
+        })
+        .collect();
+    assert!(announced.iter().all(|h| h.epoch > last), "{announced:?}");
+    assert_eq!(c.shard_map().home(ShardId(0)), None, "taken from the downed owner, given to nobody");
+    assert!(!cmds.iter().any(|c| matches!(c, CoordinatorCommand::Emit(DomainEvent::ShardAssigned { .. }))));
+    let mut map = ShardMap::new(1).unwrap();
+    map.raise_epoch(ShardId(0), last).unwrap();
+    assert!(matches!(map.assign(ShardId(0), node("a"), 3), Err(shardline_core::MapError::EpochExhausted { .. })));
+    assert_eq!(last.next(4), Some(Epoch { term: 4, seq: 1 }), "a newer term starts its own count");
+}

@@ -42,6 +42,9 @@ mod cluster;
 pub mod drills;
 pub mod entity;
 mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzz;
 pub mod journal;
 pub mod membership;
 pub(crate) mod sharding;

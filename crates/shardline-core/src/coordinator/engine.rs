@@ -8,6 +8,7 @@ use crate::allocation::{AllocationStrategy, PlanProblem};
 use crate::events::{DomainEvent, RebalanceReason};
 use crate::id::{NodeId, ShardId};
 use crate::membership::{MemberStatus, MembershipView};
+use crate::protocol::ToCoordinator;
 use crate::shard_map::{Epoch, ShardHome, ShardMap, Term};
 
 /// Settings of a coordinator.
@@ -100,15 +101,7 @@ impl CoordinatorEngine {
         stored: Option<ShardMap>,
         now: u64,
     ) -> Result<Self, crate::shard_map::MapError> {
-        let mut map = ShardMap::new(config.num_shards)?;
-        if let Some(stored) = stored.filter(|s| s.num_shards() == config.num_shards) {
-            for (shard, slot) in stored.iter() {
-                map.raise_epoch(shard, slot.epoch)?;
-                if let Some(home) = slot.home() {
-                    map.adopt(shard, home)?;
-                }
-            }
-        }
+        let map = ShardMap::resume(config.num_shards, stored.as_ref())?;
         let confirmed = vec![false; config.num_shards as usize];
         let mut engine = CoordinatorEngine {
             config,
@@ -311,6 +304,20 @@ impl CoordinatorEngine {
             }
         }
         Ok(())
+    }
+
+    /// A region's message, whichever it is (each kind also has its own `handle_*`).
+    pub fn handle_message(&mut self, now: u64, from: &NodeId, msg: ToCoordinator) {
+        match msg {
+            ToCoordinator::Register { term, hosted, hosting } => {
+                self.handle_register(now, from, term, &hosted, hosting)
+            }
+            ToCoordinator::GetShardHome { shard } => self.handle_get_shard_home(now, from, shard),
+            ToCoordinator::BeginHandOffAck { term, shard } => self.handle_begin_hand_off_ack(now, from, term, shard),
+            ToCoordinator::ShardStopped { shard, epoch, handover, .. } => {
+                self.handle_shard_stopped(now, from, shard, epoch, handover)
+            }
+        }
     }
 
     /// A region registered for `term` and reported the shards it hosts; `hosting` is false for a

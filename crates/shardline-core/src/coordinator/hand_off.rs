@@ -184,13 +184,14 @@ impl CoordinatorEngine {
         self.advance(now, shard);
     }
 
-    /// Records the move: S → (to, new epoch), or back to the pool when `to` can no longer host.
+    /// Records the move: S → (to, new epoch), or back to the pool when `to` can no longer host
+    /// (or the shard has no epoch left: see `Epoch::next`).
     fn complete(&mut self, now: u64, shard: ShardId, handover: Option<Vec<u8>>) {
         let Some(ho) = self.hand_offs.remove(&shard) else { return };
         let role = self.config.role.clone();
         let to_ok = self.hosting.contains(&ho.to) && self.view.get(&ho.to).is_some_and(|m| m.may_host(role.as_deref()));
-        if to_ok {
-            let epoch = self.map.slot(shard).map(|s| s.epoch.next(self.term)).unwrap_or_default();
+        let epoch = self.map.slot(shard).and_then(|s| s.epoch.next(self.term));
+        if let (true, Some(epoch)) = (to_ok, epoch) {
             if let Some(data) = handover {
                 self.commands.push_back(CoordinatorCommand::SendHandover { to: ho.to.clone(), shard, epoch, data });
             }

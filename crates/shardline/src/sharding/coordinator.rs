@@ -230,14 +230,7 @@ impl Coordinator {
     }
 
     pub fn on_frame(&self, from: &NodeId, msg: ToCoordinator) {
-        self.input(|e, now| match msg {
-            ToCoordinator::Register { term, hosted, hosting } => e.handle_register(now, from, term, &hosted, hosting),
-            ToCoordinator::GetShardHome { shard } => e.handle_get_shard_home(now, from, shard),
-            ToCoordinator::BeginHandOffAck { term, shard } => e.handle_begin_hand_off_ack(now, from, term, shard),
-            ToCoordinator::ShardStopped { shard, epoch, handover, .. } => {
-                e.handle_shard_stopped(now, from, shard, epoch, handover)
-            }
-        });
+        self.input(|e, now| e.handle_message(now, from, msg));
     }
 
     pub fn on_membership(&self, view: &MembershipView) {

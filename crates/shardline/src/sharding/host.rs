@@ -139,7 +139,7 @@ impl<E: Entity> ShardHost<E> {
 
     /// Restores entities from the state the previous owner handed over.
     pub fn restore(&self, data: &[u8]) -> usize {
-        let list: Vec<(String, Vec<u8>)> = match postcard::from_bytes(data) {
+        let list = match decode_handover(data) {
             Ok(l) => l,
             Err(e) => {
                 tracing::warn!(shard = %self.shard, error = %e, "handed-over state cannot be decoded: entities start fresh");
@@ -627,4 +627,9 @@ async fn run<E: Entity>(
             }
         }
     }
+}
+
+/// The entities' state one owner hands the next: (entity id, its encoded state) each.
+pub(crate) fn decode_handover(data: &[u8]) -> Result<Vec<(String, Vec<u8>)>, postcard::Error> {
+    postcard::from_bytes(data)
 }

@@ -28,6 +28,7 @@
 //!   reached, its queued and new frames are handed back at once as undeliverable, so the
 //!   sharding layer can reroute them.
 
+pub(crate) mod handshake;
 mod link;
 mod peer;
 pub mod tls;
@@ -42,6 +43,7 @@ use shardline_core::NodeId;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use handshake::Greeting;
 use link::Link;
 use tracing::{debug, warn};
 
@@ -339,22 +341,15 @@ pub(crate) async fn dial<M: Payload>(
     let mut buf = Vec::new();
     hello.encode_into(&mut buf)?;
     stream.write_all(&buf).await?;
-    match read_frame::<M, _>(&mut stream, shared.config.max_frame).await? {
-        Wire::HelloOk { node } => {
-            if let Some(e) = expect {
-                if &node != e {
-                    return Err(TransportError::WrongNode { expected: e.to_string(), found: node.to_string() });
-                }
-            }
-            if let Err(e) = stream.check_peer(&node.name) {
-                warn!(peer = %node, %addr, error = %e, "refusing connection");
-                metrics::counter!("shardline_transport_refused_total").increment(1);
-                return Err(e);
-            }
-            Ok((stream, node))
+    let answer = read_frame::<M, _>(&mut stream, shared.config.max_frame).await?;
+    match handshake::accept_answer(answer, expect, |name| stream.check_peer(name)) {
+        Ok(node) => Ok((stream, node)),
+        Err(e @ TransportError::NotCertified { .. }) => {
+            warn!(%addr, error = %e, "refusing connection");
+            metrics::counter!("shardline_transport_refused_total").increment(1);
+            Err(e)
         }
-        Wire::Refuse { reason } => Err(TransportError::Refused(reason)),
-        other => Err(TransportError::Decode(format!("expected HelloOk, got {}", other.kind()))),
+        Err(e) => Err(e),
     }
 }
 
@@ -397,44 +392,26 @@ async fn serve<M: Payload>(tcp: TcpStream, remote: SocketAddr, transport: &Trans
         .await
         .map_err(|_| refused(TransportError::HandshakeTimeout))?
         .map_err(|e| match e {
-            // A TLS record (22: handshake, then version 3.x) read as a length prefix.
-            TransportError::FrameTooLarge { len, .. } if len >> 16 == 0x1603 => {
-                refused(TransportError::Tls("the peer speaks TLS and this node runs without it".into()))
-            }
+            // A probe that connects and closes (a port check) is no peer to refuse.
             TransportError::Io(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => TransportError::Io(e),
-            e => refused(e),
+            e => refused(handshake::unreadable_hello(e)),
         })?;
-    let (from, listen, by_address, refusal) = match hello {
-        Wire::Hello { protocol, cluster, from, listen, to } => {
-            let by_address = to.is_none();
-            let refusal = if protocol != PROTOCOL_VERSION {
-                Some(TransportError::ProtocolMismatch { ours: PROTOCOL_VERSION, theirs: protocol })
-            } else if cluster != shared.config.cluster {
-                Some(TransportError::ClusterMismatch { ours: shared.config.cluster.clone(), theirs: cluster })
-            } else if to.as_ref().is_some_and(|t| t != &shared.me) {
-                Some(TransportError::WrongNode {
-                    expected: to.map(|t| t.to_string()).unwrap_or_default(),
-                    found: shared.me.to_string(),
-                })
-            } else {
-                stream.check_peer(&from.name).err()
-            };
-            (from, listen, by_address, refusal)
-        }
-        other => {
-            let e = TransportError::Decode(format!("expected Hello, got {}", other.kind()));
-            (shared.me.clone(), shared.listen, true, Some(e))
+    let checked = handshake::accept_hello(hello, &shared.me, &shared.config.cluster, |name| stream.check_peer(name));
+    let mut buf = Vec::new();
+    let Greeting { from, listen, by_address } = match checked {
+        Ok(g) => g,
+        Err((from, e)) => {
+            match from {
+                Some(peer) => warn!(%remote, %peer, error = %e, "refusing connection"),
+                None => warn!(%remote, error = %e, "refusing connection"),
+            }
+            metrics::counter!("shardline_transport_refused_total").increment(1);
+            Wire::<M>::Refuse { reason: e.to_string() }.encode_into(&mut buf)?;
+            let _ = stream.write_all(&buf).await;
+            let _ = stream.flush().await;
+            return Err(e);
         }
     };
-    let mut buf = Vec::new();
-    if let Some(e) = refusal {
-        warn!(%remote, peer = %from, error = %e, "refusing connection");
-        metrics::counter!("shardline_transport_refused_total").increment(1);
-        Wire::<M>::Refuse { reason: e.to_string() }.encode_into(&mut buf)?;
-        let _ = stream.write_all(&buf).await;
-        let _ = stream.flush().await;
-        return Err(e);
-    }
     Wire::<M>::HelloOk { node: shared.me.clone() }.encode_into(&mut buf)?;
     stream.write_all(&buf).await?;
     stream.flush().await?;

@@ -63,7 +63,9 @@ impl<M: Payload> Wire<M> {
     pub fn decode(body: &[u8]) -> Result<Wire<M>, TransportError> {
         postcard::from_bytes(body).map_err(|e| TransportError::Decode(e.to_string()))
     }
+}
 
+impl<M> Wire<M> {
     /// The frame's kind, for logs (never its content).
     pub fn kind(&self) -> &'static str {
         match self {

@@ -15,7 +15,7 @@ use crate::membership::PeerLink;
 
 /// One keep-alive message.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) enum KeepAlive {
+pub(crate) enum KeepAlive {
     /// Are you there? Answer to `addr`.
     Ping {
         /// The sender's listen address.
@@ -28,7 +28,7 @@ pub(super) enum KeepAlive {
 /// A keep-alive that cannot be read: logged and counted by the receiver, never taken for one.
 #[derive(Debug, thiserror::Error)]
 #[error("unreadable keep-alive from {from}: {reason}")]
-pub(super) struct BadKeepAlive {
+pub(crate) struct BadKeepAlive {
     from: NodeId,
     reason: String,
 }
@@ -49,7 +49,7 @@ pub(super) fn ping_all(link: &dyn PeerLink, me: &str, to: &[(NodeId, String)]) {
 }
 
 /// Reads a keep-alive from `from`, answering a ping; `Ok` means `from` was heard.
-pub(super) fn receive(link: &dyn PeerLink, from: &NodeId, data: &[u8]) -> Result<(), BadKeepAlive> {
+pub(crate) fn receive(link: &dyn PeerLink, from: &NodeId, data: &[u8]) -> Result<(), BadKeepAlive> {
     let bad = |reason: String| BadKeepAlive { from: from.clone(), reason };
     match postcard::from_bytes::<KeepAlive>(data).map_err(|e| bad(e.to_string()))? {
         KeepAlive::Ping { addr } => {

@@ -4,11 +4,11 @@
 
 #[cfg(feature = "test-support")]
 pub mod conformance;
-mod keepalive;
-mod provider;
+pub(crate) mod keepalive;
+pub(crate) mod provider;
 #[cfg(feature = "test-support")]
 pub mod server;
-mod shard_maps;
+pub(crate) mod shard_maps;
 mod store;
 
 pub use provider::{LeaseConfig, LeaseValueError, Leases};

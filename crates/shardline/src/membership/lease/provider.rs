@@ -119,7 +119,7 @@ fn refused(e: LeaseValueError) -> LeaseValueError {
     e
 }
 
-fn encode_value(v: &StoreValue) -> Result<Vec<u8>, LeaseValueError> {
+pub(crate) fn encode_value(v: &StoreValue) -> Result<Vec<u8>, LeaseValueError> {
     match v {
         StoreValue::Member(r) => encode("member record", r),
         StoreValue::Leader(r) => encode("leader record", r),
@@ -131,7 +131,7 @@ fn encode_value(v: &StoreValue) -> Result<Vec<u8>, LeaseValueError> {
 
 /// Decodes a stored value as the engine expects it; an unreadable one is an error naming why,
 /// which the engine reports (and never replaces with a default).
-fn decode_entry(e: Entry, kind: ValueKind) -> StoredEntry {
+pub(crate) fn decode_entry(e: Entry, kind: ValueKind) -> StoredEntry {
     let value = match kind {
         ValueKind::Member => postcard::from_bytes::<MemberRecord>(&e.value).map(StoreValue::Member),
         ValueKind::Leader => postcard::from_bytes::<LeaderRecord>(&e.value).map(StoreValue::Leader),

@@ -49,6 +49,19 @@ struct StoredMap {
     map: ShardMap,
 }
 
+/// The stored form of `type_key`'s map, written by a coordinator of `term`.
+pub(crate) fn encode_map(type_key: &str, term: Term, map: &ShardMap) -> Result<Vec<u8>, MapStoreError> {
+    postcard::to_allocvec(&MapToStore { term, map })
+        .map_err(|err| MapStoreError::Corrupt { type_key: type_key.to_string(), reason: err.to_string() })
+}
+
+/// Reads a stored map of `type_key`: its coordinator's term and the map.
+pub(crate) fn decode_map(type_key: &str, value: &[u8]) -> Result<(Term, ShardMap), MapStoreError> {
+    let stored: StoredMap = postcard::from_bytes(value)
+        .map_err(|err| MapStoreError::Corrupt { type_key: type_key.to_string(), reason: err.to_string() })?;
+    Ok((stored.term, stored.map))
+}
+
 /// What is written: the same encoding as [`StoredMap`], without copying the map.
 #[derive(Serialize)]
 struct MapToStore<'a> {
@@ -104,9 +117,8 @@ impl ShardMaps {
     /// Reads the map of `type_key` (None: never written).
     pub async fn load(&self, type_key: &str) -> Result<Option<LoadedMap>, MapStoreError> {
         let Some(e) = self.store.get(&self.key(type_key)).await? else { return Ok(None) };
-        let stored: StoredMap = postcard::from_bytes(&e.value)
-            .map_err(|err| MapStoreError::Corrupt { type_key: type_key.to_string(), reason: err.to_string() })?;
-        Ok(Some(LoadedMap { term: stored.term, map: stored.map, revision: e.revision }))
+        let (term, map) = decode_map(type_key, &e.value)?;
+        Ok(Some(LoadedMap { term, map, revision: e.revision }))
     }
 
     /// Writes `map` for a coordinator of `term`, expecting the key at `expected` (0: absent).
@@ -119,8 +131,7 @@ impl ShardMaps {
         map: &ShardMap,
         mut expected: Revision,
     ) -> Result<Revision, MapStoreError> {
-        let value = postcard::to_allocvec(&MapToStore { term, map })
-            .map_err(|err| MapStoreError::Corrupt { type_key: type_key.to_string(), reason: err.to_string() })?;
+        let value = encode_map(type_key, term, map)?;
         let key = self.key(type_key);
         loop {
             if let Some(rev) = self.store.compare_and_put(&key, value.clone(), expected).await? {
