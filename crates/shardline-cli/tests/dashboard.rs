@@ -29,11 +29,16 @@ impl Drop for Proc {
     }
 }
 
-fn node(name: &str, port: u16, seed: u16, admin: u16) -> Proc {
+/// The admin token of the node whose page the test opens: the page must bring it to follow the
+/// events.
+const TOKEN: &str = "dashboard-test-token-0123";
+
+fn node(name: &str, port: u16, seed: u16, admin: u16, token: Option<&str>) -> Proc {
     let child = Command::new(env!("CARGO_BIN_EXE_shardline"))
         .args(["node", "--name", name, "--bind", &format!("127.0.0.1:{port}")])
         .args(["--seeds", &format!("127.0.0.1:{seed}"), "--shards", &SHARDS.to_string(), "--store", "memory"])
         .args(["--admin", &format!("127.0.0.1:{admin}")])
+        .args(token.map(|t| vec!["--admin-token", t]).unwrap_or_default())
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -204,9 +209,9 @@ async fn owners_until(b: &Browser, what: &str, limit: Duration, cond: impl Fn(&[
 async fn the_dashboard_recolours_a_killed_nodes_shards() {
     let (p1, p2, p3) = (free_port(), free_port(), free_port());
     let (a1, a2, a3) = (free_port(), free_port(), free_port());
-    let _n1 = node("n1", p1, p1, a1);
-    let _n2 = node("n2", p2, p1, a2);
-    let n3 = node("n3", p3, p1, a3);
+    let _n1 = node("n1", p1, p1, a1, None);
+    let _n2 = node("n2", p2, p1, a2, Some(TOKEN));
+    let n3 = node("n3", p3, p1, a3, None);
     // The cluster forms: every shard of the type the page shows has one of the three owners.
     let start = Instant::now();
     loop {
@@ -221,11 +226,13 @@ async fn the_dashboard_recolours_a_killed_nodes_shards() {
     }
 
     let b = Browser::start().await;
-    b.open(&format!("http://127.0.0.1:{a2}/")).await;
+    // n2's API has a token: the page takes it from its address, and drops it from there.
+    b.open(&format!("http://127.0.0.1:{a2}/#token={TOKEN}")).await;
     let all = |o: &[String]| o.len() == SHARDS as usize && ["n1", "n2", "n3"].iter().all(|n| o.iter().any(|x| x == n));
     owners_until(&b, "the grid shows all three nodes", Duration::from_secs(30), all).await;
     let live = b.run("return document.getElementById('stream').textContent").await;
-    assert_eq!(live, "live", "the event stream is connected");
+    assert_eq!(live, "live", "the event stream is connected, with the token");
+    assert_eq!(b.run("return location.hash").await, "", "the token is no longer in the page's address");
     // Marks this page: a reload would lose the mark.
     b.run("window.shardlineMark = 7; return null").await;
 

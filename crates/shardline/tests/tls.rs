@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use common::*;
 use shardline::transport::tls::dev::{DevCa, Pem};
 use shardline::transport::{TlsConfig, Transport};
-use shardline::{Cluster, ConfigError, EntityHandle, Gossip, NodeId, TransportConfig, TransportError};
+use shardline::{Cluster, ConfigError, EntityHandle, NodeId, TransportConfig, TransportError};
 
 /// Everything the nodes of this test binary log.
 fn captured() -> &'static Arc<Mutex<Vec<u8>>> {
@@ -57,13 +57,7 @@ fn tls(pem: &Pem, ca: &DevCa) -> TlsConfig {
 
 async fn tls_node(name: &str, seed: Option<SocketAddr>, ca: &DevCa) -> (Cluster, EntityHandle<Log>) {
     let b = Cluster::builder().cluster_name("secure").node_name(name).tls(tls(&ca.node(name, 1).unwrap(), ca));
-    let b = match seed {
-        Some(s) => b.membership(Gossip::new([s.to_string()])),
-        None => b,
-    };
-    let c = b.build().await.expect("node starts");
-    let h = c.register::<Log>(settings()).await.expect("type registers");
-    (c, h)
+    node_with(b, seed).await
 }
 
 /// A peer that dials `addr` claiming to be node `name`, with `tls` or in plain TCP.

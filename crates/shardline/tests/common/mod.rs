@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use shardline::{Cluster, Entity, EntityContext, EntityHandle, EntityId, EntitySettings, Gossip};
+use shardline::{Cluster, ClusterBuilder, Entity, EntityContext, EntityHandle, EntityId, EntitySettings, Gossip};
 
 pub static STARTED: AtomicUsize = AtomicUsize::new(0);
 pub static STOPPED: AtomicUsize = AtomicUsize::new(0);
@@ -74,7 +74,11 @@ pub fn logs() {
 
 pub async fn node(name: &str, seed: Option<std::net::SocketAddr>) -> (Cluster, EntityHandle<Log>) {
     logs();
-    let b = Cluster::builder().cluster_name("test").node_name(name);
+    node_with(Cluster::builder().cluster_name("test").node_name(name), seed).await
+}
+
+/// A node built from `b`, joining by `seed`, with the `Log` type registered.
+pub async fn node_with(b: ClusterBuilder, seed: Option<std::net::SocketAddr>) -> (Cluster, EntityHandle<Log>) {
     let b = match seed {
         Some(s) => b.membership(Gossip::new([s.to_string()])),
         None => b,
