@@ -90,6 +90,13 @@ async fn a_tls_cluster_refuses_every_peer_it_cannot_trust_and_keeps_serving() {
     serves(&h2, 1).await;
     assert!(lines("NO TLS").iter().all(|l| !l.contains("node=n1 ")), "TLS nodes do not warn of plain TCP");
 
+    // A port probe (connects, closes) is no peer: nothing to refuse, nothing logged.
+    let before = lines("refusing connection").len();
+    drop(tokio::net::TcpStream::connect(c1.local_addr()).await.unwrap());
+    serves(&h2, 1).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(lines("refusing connection").len(), before, "a port probe is not logged as a refusal");
+
     let other_ca = DevCa::new("another CA").unwrap();
     let now = SystemTime::now();
     let day = Duration::from_secs(86_400);

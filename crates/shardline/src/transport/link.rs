@@ -53,6 +53,10 @@ impl Link {
 
 /// A failed TLS handshake, named for the log of the node that refuses.
 fn tls_failed(e: io::Error) -> TransportError {
+    // Closed before a word of TLS (a port probe): no peer to name.
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        return TransportError::Io(e);
+    }
     let reason = e.to_string();
     // rustls reports bytes that are no TLS record as a corrupt message: a peer without TLS.
     if reason.contains("InvalidContentType") || reason.contains("corrupt message") {

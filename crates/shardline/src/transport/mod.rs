@@ -378,9 +378,13 @@ pub(crate) async fn read_frame<M: Payload, R: AsyncReadExt + Unpin>(
 async fn serve<M: Payload>(tcp: TcpStream, remote: SocketAddr, transport: &Transport<M>) -> Result<(), TransportError> {
     let shared = &*transport.shared;
     tcp.set_nodelay(true)?;
+    // Logged and counted, but for a probe that connects and closes (a port check): no peer to
+    // refuse.
     let refused = |e: TransportError| {
-        warn!(%remote, error = %e, "refusing connection");
-        metrics::counter!("shardline_transport_refused_total").increment(1);
+        if !matches!(&e, TransportError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof) {
+            warn!(%remote, error = %e, "refusing connection");
+            metrics::counter!("shardline_transport_refused_total").increment(1);
+        }
         e
     };
     let timeout = shared.config.connect_timeout;
@@ -391,11 +395,7 @@ async fn serve<M: Payload>(tcp: TcpStream, remote: SocketAddr, transport: &Trans
     let hello = tokio::time::timeout(timeout, read_frame::<M, _>(&mut stream, shared.config.max_frame))
         .await
         .map_err(|_| refused(TransportError::HandshakeTimeout))?
-        .map_err(|e| match e {
-            // A probe that connects and closes (a port check) is no peer to refuse.
-            TransportError::Io(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => TransportError::Io(e),
-            e => refused(handshake::unreadable_hello(e)),
-        })?;
+        .map_err(|e| refused(handshake::unreadable_hello(e)))?;
     let checked = handshake::accept_hello(hello, &shared.me, &shared.config.cluster, |name| stream.check_peer(name));
     let mut buf = Vec::new();
     let Greeting { from, listen, by_address } = match checked {
