@@ -36,12 +36,22 @@ async fn request(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
 
 /// A request with `headers` (each ending in CRLF): the status, the head and the body.
 async fn request_with(addr: SocketAddr, method: &str, path: &str, headers: &str) -> (u16, String, String) {
+    exchange(addr, method, path, headers, "").await
+}
+
+/// A request with `headers` and `body`, on a connection of its own: the status, the head and the
+/// body of the answer (a status of 0 when none could be read).
+async fn exchange(addr: SocketAddr, method: &str, path: &str, headers: &str, body: &str) -> (u16, String, String) {
     let mut s = TcpStream::connect(addr).await.unwrap();
-    let req =
-        format!("{method} {path} HTTP/1.1\r\nHost: test\r\n{headers}Content-Length: 0\r\nConnection: close\r\n\r\n");
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: test\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
     s.write_all(req.as_bytes()).await.unwrap();
+    // A server may answer before it has read a body it refuses; the write may then fail.
+    let _ = s.write_all(body.as_bytes()).await;
     let mut raw = String::new();
-    s.read_to_string(&mut raw).await.unwrap();
+    let _ = s.read_to_string(&mut raw).await;
     let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
     let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
     (status, head.to_string(), body.to_string())
@@ -286,21 +296,10 @@ async fn events_of_the_leader_reach_every_node_and_a_rebalance_is_reported() {
     assert_eq!(status, 404, "{body}");
 }
 
-/// One request with a body and its content type.
+/// One request with a body and its content type: the status and the JSON answer.
 async fn send(addr: SocketAddr, method: &str, path: &str, content_type: &str, body: &str) -> (u16, Value) {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
-    // A server may answer before it has read a body it refuses; the write may then fail.
-    let _ = s.write_all(body.as_bytes()).await;
-    let mut raw = String::new();
-    let _ = s.read_to_string(&mut raw).await;
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    (status, serde_json::from_str(body).unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {raw}")))
+    let (status, _, answer) = exchange(addr, method, path, &format!("Content-Type: {content_type}\r\n"), body).await;
+    (status, serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {answer}")))
 }
 
 fn assignments(pairs: impl IntoIterator<Item = (u32, &'static str)>) -> String {
