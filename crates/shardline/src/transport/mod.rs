@@ -365,11 +365,14 @@ pub(crate) async fn read_frame<M: Payload, R: AsyncReadExt + Unpin>(
         return Err(TransportError::FrameTooLarge { len, max });
     }
     // Grown as the bytes arrive, not allocated as announced: a peer that announces the largest
-    // frame and then sends nothing holds no more memory than it sent.
-    let mut body = Vec::with_capacity(len.min(64 * 1024));
-    let read = (&mut *r).take(len as u64).read_to_end(&mut body).await?;
-    if read < len {
-        return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+    // frame and then sends nothing holds no more memory than it sent (twice at most). A frame up
+    // to 64 KiB, all the usual ones, is one allocation and one read, as before.
+    const STEP: usize = 64 * 1024;
+    let mut body = Vec::new();
+    while body.len() < len {
+        let start = body.len();
+        body.resize(start + (len - start).min(STEP.max(start)), 0);
+        r.read_exact(&mut body[start..]).await?;
     }
     Wire::decode(&body)
 }
@@ -443,5 +446,26 @@ async fn serve<M: Payload>(tcp: TcpStream, remote: SocketAddr, transport: &Trans
                 return Err(e);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A frame larger than one read step arrives whole; one cut short is an end of stream, not a
+    /// frame.
+    #[tokio::test]
+    async fn frames_are_read_whole_in_steps_and_a_cut_one_is_an_error() {
+        let big = vec![7u8; 200 * 1024 + 3];
+        let mut buf = Vec::new();
+        wire::append_message(&big, &mut buf, DEFAULT_MAX_FRAME).unwrap();
+        match read_frame::<Vec<u8>, _>(&mut buf.as_slice(), DEFAULT_MAX_FRAME).await.unwrap() {
+            Wire::Message(m) => assert_eq!(m, big),
+            other => panic!("{}", other.kind()),
+        }
+        let cut = &buf[..buf.len() - 1];
+        let err = read_frame::<Vec<u8>, _>(&mut &cut[..], DEFAULT_MAX_FRAME).await.unwrap_err();
+        assert!(matches!(&err, TransportError::Io(e) if e.kind() == std::io::ErrorKind::UnexpectedEof), "{err:?}");
     }
 }
