@@ -68,6 +68,22 @@ pub enum Command {
         #[arg(long, default_value_t = 365, value_parser = clap::value_parser!(u32).range(1..=3650))]
         days: u32,
     },
+    /// Check recorded histories (`shardline load --history FILE`, the demo's): every
+    /// acknowledged write applied exactly once, nothing answered "not applied" applied, reads
+    /// linearizable per account; with `--ownership-log`, no shard on two nodes at once. Prints
+    /// the findings as JSON; exit 1 on a violation, 2 when a file cannot be read.
+    Check {
+        /// History files (one JSON operation per line), of one run.
+        #[arg(required = true)]
+        histories: Vec<std::path::PathBuf>,
+        /// The nodes' ownership log (`shardline node --ownership-log`).
+        #[arg(long)]
+        ownership_log: Option<std::path::PathBuf>,
+        /// A node killed with kill -9, and when (milliseconds since the Unix epoch): its shards
+        /// end there. Repeatable.
+        #[arg(long = "killed", value_name = "NAME@MS", value_parser = parse_killed)]
+        killed: Vec<(String, u128)>,
+    },
     /// (internal) A bare TCP echo server, the baseline of `bench --scenario remote-ask`.
     #[command(hide = true)]
     EchoServer {
@@ -235,6 +251,9 @@ pub struct LoadArgs {
     /// Write the report as JSON to this file.
     #[arg(long)]
     pub json: Option<String>,
+    /// Record every operation to this file, one JSON object per line, for `shardline check`.
+    #[arg(long)]
+    pub history: Option<std::path::PathBuf>,
     /// Mutual TLS with the cluster (the driver's own certificate, for its `--name`).
     #[command(flatten)]
     pub tls: TlsArgs,
@@ -319,4 +338,14 @@ pub struct BenchArgs {
     /// then includes the cost of TLS.
     #[arg(long)]
     pub tls: bool,
+}
+
+/// `NAME@MS` of `shardline check --killed`.
+fn parse_killed(s: &str) -> Result<(String, u128), String> {
+    let (name, at) = s.rsplit_once('@').ok_or_else(|| format!("{s:?}: expected NAME@MS"))?;
+    let at = at.parse().map_err(|_| format!("{s:?}: {at:?} is not a time in milliseconds"))?;
+    if name.is_empty() {
+        return Err(format!("{s:?}: no node name"));
+    }
+    Ok((name.to_string(), at))
 }

@@ -16,6 +16,7 @@ use crate::load::{
     percentiles, probe_ids, run_accounts, shards_per_node, AccountRange, HomeMonitor, Invariants, Latency, Ledger,
 };
 use crate::procs::{free_port, work_dir, NodeProc, RunCerts};
+use shardline_cli::history::{self, ownership, HistoryWriter};
 use shardline_cli::store::StoreSpec;
 use shardline_cli::{register_accounts, Accounts};
 
@@ -27,8 +28,12 @@ pub struct PhaseReport {
     pub ops_per_s: f64,
     pub latency_us: Latency,
     pub shards_moved: usize,
+    /// -1 when the moved shards were not seen serving again.
     pub rehome_ms: f64,
     pub rehomed: bool,
+    /// Why the moved shards were not seen serving again (the monitor ran out of time, say).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rehome_error: Option<String>,
     pub errors: BTreeMap<String, u64>,
     pub ledger_checked: bool,
     /// Rolling restart: shards on nodes of the new version at the end of the phase.
@@ -44,6 +49,17 @@ pub struct InvariantReport {
     pub lost_acked: u64,
     pub double_applied: u64,
     pub ledger_mismatches: u64,
+    /// Reads of the recorded history placed in their account's log (see `shardline check`).
+    pub reads_checked: u64,
+    /// Reads that fit no place in it: stale, or from another owner's history.
+    pub stale_reads: u64,
+    /// Writes of the history checked against the audits after them.
+    pub writes_checked: u64,
+    /// What else the history check found: lost, doubled or refused-yet-applied writes, writes in
+    /// an order real time rules out.
+    pub history_violations: u64,
+    /// Times a shard was hosted by two nodes at once, from the nodes' ownership log.
+    pub ownership_overlaps: u64,
     pub checked_after: Vec<String>,
     pub note: String,
 }
@@ -123,6 +139,35 @@ async fn wait_for(what: &str, limit: Duration, progress: &Progress, mut cond: im
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     true
+}
+
+/// The history and ownership checks of a run so far.
+#[derive(Default)]
+struct HistoryCheck {
+    findings: history::Findings,
+    overlaps: u64,
+    details: Vec<String>,
+}
+
+impl HistoryCheck {
+    fn run(
+        history_path: &std::path::Path,
+        ownership_path: &std::path::Path,
+        killed: &[(String, u128)],
+    ) -> Result<HistoryCheck, Box<dyn std::error::Error>> {
+        let ops = history::read_histories(&[history_path.to_path_buf()])?;
+        let findings = history::check(&ops);
+        let events = ownership::read_log(ownership_path)?;
+        let overlaps = ownership::overlaps(&events, killed, history::now_ms());
+        let mut details = findings.details.clone();
+        details.extend(overlaps.iter().map(|o| o.to_string()));
+        Ok(HistoryCheck { findings, overlaps: overlaps.len() as u64, details })
+    }
+
+    fn violations(&self) -> u64 {
+        let f = &self.findings;
+        f.lost_acked + f.double_applied + f.applied_not_applied + f.order_violations
+    }
 }
 
 /// The application version of the nodes a rolling restart starts.
@@ -304,6 +349,11 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
 
     let probes = Arc::new(probe_ids(args.shards));
     let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let history_path = dir.join("history.jsonl");
+    let history_log = Arc::new(HistoryWriter::create(&history_path)?);
+    let ownership_path = dir.join("ownership.log");
+    let mut killed: Vec<(String, u128)> = Vec::new();
+    let mut checked_history = HistoryCheck::default();
     let next_op = Arc::new(AtomicU64::new(1));
     let duration = Duration::from_secs(args.duration_secs);
     let rolling = args.scenario == "rolling-restart";
@@ -351,6 +401,7 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
                 let idx = nodes.len() - 1;
                 progress.line(format!("kill -9 of {}", nodes[idx].name));
                 nodes[idx].kill();
+                killed.push((nodes[idx].name.clone(), history::now_ms()));
                 nodes.remove(idx);
             }
             _ => {}
@@ -364,6 +415,7 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
             duration,
             &ledger,
             &next_op,
+            Some(&history_log),
             |acked, failed, t| {
                 progress.update(format!(
                     "{label}: {:>8.0} ops/s  acked {acked}  failed {failed}  ({:.0?})",
@@ -394,7 +446,7 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
                 return Ok(1);
             }
         }
-        let (moved, served) = monitor.finish(Duration::from_secs(60)).await;
+        let rehome = monitor.finish(Duration::from_secs(60)).await;
         let old_version_gained = match watch {
             Some(w) => {
                 w.abort();
@@ -408,15 +460,26 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
         // Every account, after every phase: the journal holds them through moves and crashes.
         progress.update(format!("{name}: auditing {} accounts", args.entities));
         let snapshot = std::mem::take(&mut *ledger.lock().unwrap_or_else(|e| e.into_inner()));
-        let found = snapshot.audit(&accounts, AccountRange::first(args.entities), 64).await;
+        let found = snapshot.audit(&accounts, AccountRange::first(args.entities), 64, Some(&history_log)).await;
         *ledger.lock().unwrap_or_else(|e| e.into_inner()) = snapshot;
         inv.lost_acked += found.lost_acked;
         inv.double_applied += found.double_applied;
         inv.ledger_mismatches += found.ledger_mismatches;
         checked.push(name.to_string());
         let ledger_checked = true;
+        // The whole history so far and the ownership log, as `shardline check` reads them.
+        progress.update(format!("{name}: checking the history"));
+        history_log.flush()?;
+        checked_history = HistoryCheck::run(&history_path, &ownership_path, &killed)?;
+        for d in checked_history.details.iter() {
+            progress.line(format!("  {name}: {d}"));
+        }
         let mut lat = load.latencies;
-        let rehomed = moved == 0 || served.is_some();
+        let (moved, served, rehome_error) = match &rehome {
+            Ok(r) => (r.moved, r.served_after, None),
+            Err(e) => (e.moved(), None, Some(e.to_string())),
+        };
+        let rehomed = rehome.is_ok() && (moved == 0 || served.is_some());
         let report = PhaseReport {
             name: name.to_string(),
             acked: load.acked,
@@ -424,8 +487,9 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
             ops_per_s: load.acked as f64 / load.elapsed.as_secs_f64().max(0.001),
             latency_us: percentiles(&mut lat),
             shards_moved: moved,
-            rehome_ms: served.map(|d| d.as_secs_f64() * 1000.0).unwrap_or(if moved == 0 { 0.0 } else { -1.0 }),
+            rehome_ms: served.map(|d| d.as_secs_f64() * 1000.0).unwrap_or(if rehomed { 0.0 } else { -1.0 }),
             rehomed,
+            rehome_error,
             errors: load.errors,
             ledger_checked,
             new_version_shards,
@@ -438,7 +502,11 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
             report.latency_us.p50,
             report.latency_us.p99,
             report.shards_moved,
-            if report.rehomed { format!("{:.0} ms", report.rehome_ms) } else { "never".into() },
+            match (&report.rehome_error, report.rehomed) {
+                (Some(e), _) => format!("never ({e})"),
+                (None, true) => format!("{:.0} ms", report.rehome_ms),
+                (None, false) => "never".into(),
+            },
             report.failed,
             if report.errors.is_empty() { String::new() } else { format!("{:?}", report.errors) },
         ));
@@ -456,6 +524,11 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
             lost_acked: inv.lost_acked,
             double_applied: inv.double_applied,
             ledger_mismatches: inv.ledger_mismatches,
+            reads_checked: checked_history.findings.reads_checked,
+            stale_reads: checked_history.findings.stale_reads,
+            writes_checked: checked_history.findings.writes_checked,
+            history_violations: checked_history.violations(),
+            ownership_overlaps: checked_history.overlaps,
             checked_after: checked,
             note: format!(
                 "every account audited after every phase{}: accounts are event-sourced in the {} journal, and \
@@ -471,6 +544,17 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
         "  lost acknowledged operations: {}\n  operations applied twice:     {}\n  ledger mismatches:            {}",
         report.invariants.lost_acked, report.invariants.double_applied, report.invariants.ledger_mismatches
     );
+    println!(
+        "  history: {} reads checked, {} stale; {} writes checked, {} other violations\n  shards on two nodes at once:  {}\n  (shardline check {} --ownership-log {}{})",
+        report.invariants.reads_checked,
+        report.invariants.stale_reads,
+        report.invariants.writes_checked,
+        report.invariants.history_violations,
+        report.invariants.ownership_overlaps,
+        history_path.display(),
+        ownership_path.display(),
+        killed.iter().map(|(n, t)| format!(" --killed {n}@{t}")).collect::<String>()
+    );
     println!("Shards per node at the end:");
     for n in &report.nodes {
         println!("  {:<6} {}", n.name, n.shards);
@@ -479,9 +563,19 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
         println!("report written to {path}");
     }
+    for p in report.phases.iter().filter(|p| !p.rehomed) {
+        eprintln!(
+            "{}: the moved shards were not seen serving again{}",
+            p.name,
+            p.rehome_error.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
+        );
+    }
     let ok = report.invariants.lost_acked == 0
         && report.invariants.double_applied == 0
         && report.invariants.ledger_mismatches == 0
+        && report.invariants.stale_reads == 0
+        && report.invariants.history_violations == 0
+        && report.invariants.ownership_overlaps == 0
         && report.phases.iter().all(|p| p.rehomed && p.old_version_gained != Some(true));
     drop(nodes);
     Ok(if ok { 0 } else { 1 })

@@ -14,6 +14,8 @@ use serde::Serialize;
 use shardline::{Cluster, StrategyKind};
 
 use crate::args::LoadArgs;
+use shardline_cli::history::HistoryWriter;
+
 use crate::load::{percentiles, run_accounts, shards_per_node, AccountRange, Invariants, Latency, Ledger};
 use shardline_cli::membership::provider_with;
 use shardline_cli::register_accounts;
@@ -104,6 +106,7 @@ async fn run_inner(args: LoadArgs) -> Result<LoadReport, Box<dyn std::error::Err
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let next_op = Arc::new(AtomicU64::new(1));
     let last = Mutex::new(Instant::now());
+    let history = args.history.as_ref().map(HistoryWriter::create).transpose()?.map(Arc::new);
     let mut load = run_accounts(
         &accounts,
         range,
@@ -111,6 +114,7 @@ async fn run_inner(args: LoadArgs) -> Result<LoadReport, Box<dyn std::error::Err
         Duration::from_secs(args.duration_secs),
         &ledger,
         &next_op,
+        history.as_ref(),
         |acked, failed, t| {
             let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
             if last.elapsed() >= Duration::from_secs(1) {
@@ -123,7 +127,11 @@ async fn run_inner(args: LoadArgs) -> Result<LoadReport, Box<dyn std::error::Err
     .await;
     println!("  auditing {} accounts", range.count);
     let snapshot = std::mem::take(&mut *ledger.lock().unwrap_or_else(|e| e.into_inner()));
-    let invariants = snapshot.audit(&accounts, range, 64).await;
+    let invariants = snapshot.audit(&accounts, range, 64, history.as_ref()).await;
+    if let Some(h) = &history {
+        h.flush()?;
+        println!("  history written to {} (check it with `shardline check`)", h.path().display());
+    }
     let nodes = shards_per_node(&accounts.entities().shard_homes())
         .into_iter()
         .map(|(name, shards)| crate::demo::NodeReport { name, shards })

@@ -63,7 +63,7 @@ async fn appends(journal: &Arc<dyn Journal>, run: usize, per_writer: u64) -> Res
                     events: vec![event(seq)],
                     remember: false,
                     reply: None,
-                    reply_window: 1,
+                    keep_replies: std::time::Duration::ZERO,
                 };
                 journal.append(request).await.map_err(|e| format!("{pid} append {seq}: {e}"))?;
             }
@@ -153,7 +153,7 @@ async fn recovery(journal: &Arc<dyn Journal>, run: usize) -> Result<(f64, f64), 
                 events: (0..100).map(|i| event(batch * 100 + i)).collect(),
                 remember: false,
                 reply: None,
-                reply_window: 1,
+                keep_replies: std::time::Duration::ZERO,
             };
             journal.append(request).await?;
         }

@@ -2,14 +2,15 @@
 //! operations, and a monitor that measures how long shards take to serve again after a change.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use shardline::{Error, NodeId, Processed};
 
-use shardline_cli::{AccountCmd, Accounts};
+use shardline_cli::history::{now_us, HistoryWriter, Kind, Operation, Outcome};
+use shardline_cli::{AccountCmd, AccountReply, Accounts};
 
 /// Latency percentiles in microseconds.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -56,13 +57,21 @@ pub struct Invariants {
 impl Ledger {
     /// Audits every account: acknowledged operations must be applied exactly once, nothing
     /// unknown to the ledger may be applied, and the balance must be the sum of what was applied.
-    pub async fn audit(&self, accounts: &Accounts, range: AccountRange, concurrency: usize) -> Invariants {
+    /// Each audit that is answered is recorded in `history`, if given.
+    pub async fn audit(
+        &self,
+        accounts: &Accounts,
+        range: AccountRange,
+        concurrency: usize,
+        history: Option<&Arc<HistoryWriter>>,
+    ) -> Invariants {
         let next = Arc::new(AtomicU64::new(0));
         let total = Arc::new(Mutex::new(Invariants::default()));
         let mut tasks = Vec::new();
         let ledger = Arc::new(self.snapshot());
         for _ in 0..concurrency.max(1) {
             let (next, total, ledger, accounts) = (next.clone(), total.clone(), ledger.clone(), accounts.clone());
+            let history = history.cloned();
             tasks.push(tokio::spawn(async move {
                 loop {
                     let a = next.fetch_add(1, Ordering::Relaxed);
@@ -72,8 +81,22 @@ impl Ledger {
                     // A read: asking again is harmless, so keep at it while the cluster settles.
                     let give_up = Instant::now() + RETRY_LIMIT;
                     let reply = loop {
+                        let invoke_us = now_us();
                         match accounts.ask_timeout(range.id(a), AccountCmd::Audit, None, Duration::from_secs(5)).await {
-                            Ok(r) => break Some(r),
+                            Ok(r) => {
+                                if let Some(h) = &history {
+                                    let _ = h.record(&record(
+                                        range.id(a),
+                                        Kind::Audit,
+                                        0,
+                                        0,
+                                        None,
+                                        invoke_us,
+                                        &Ok(r.clone()),
+                                    ));
+                                }
+                                break Some(r);
+                            }
                             Err(_) if Instant::now() < give_up => tokio::time::sleep(Duration::from_millis(50)).await,
                             Err(_) => break None,
                         }
@@ -148,6 +171,38 @@ fn error_kind(e: &Error) -> &'static str {
         Error::Rejected(_) => "rejected",
         Error::ReplyLost(_) => "reply_lost",
         Error::OutcomeUnknown(_) => "outcome_unknown",
+        Error::RequestExpired(_) => "request_expired",
+    }
+}
+
+/// An operation as the history records it: answered, not applied, or of unknown outcome.
+fn record(
+    account: String,
+    kind: Kind,
+    op: u64,
+    amount: i64,
+    request_id: Option<&shardline::RequestId>,
+    invoke_us: u64,
+    result: &Result<AccountReply, Error>,
+) -> Operation {
+    let write = matches!(kind, Kind::Deposit | Kind::Withdraw);
+    let (outcome, reply) = match result {
+        Ok(r) => (Outcome::Ok, Some(r)),
+        Err(e) if e.processed() == Processed::No => (Outcome::NotApplied, None),
+        Err(_) => (Outcome::Unknown, None),
+    };
+    Operation {
+        account,
+        kind,
+        op,
+        amount,
+        request_id: request_id.map(|r| r.key().to_string()),
+        invoke_us,
+        complete_us: now_us(),
+        outcome,
+        applied: reply.filter(|_| write).map(|r| r.applied),
+        balance: reply.map(|r| r.balance),
+        ops: reply.filter(|_| kind == Kind::Audit).map(|r| r.ops.clone()),
     }
 }
 
@@ -170,7 +225,7 @@ async fn ask_retrying(
     accounts: &Accounts,
     id: String,
     cmd: AccountCmd,
-    request_id: Option<String>,
+    request_id: Option<shardline::RequestId>,
     errors: &mut BTreeMap<String, u64>,
 ) -> Result<shardline_cli::AccountReply, Error> {
     let give_up = Instant::now() + RETRY_LIMIT;
@@ -194,7 +249,9 @@ async fn ask_retrying(
 /// Runs `concurrency` callers of random deposits, withdrawals and balance reads for `duration`;
 /// a caller retries an unanswered operation with its request id (see [`ask_retrying`]), so an
 /// operation counts as failed only when it stayed unanswered for [`RETRY_LIMIT`].
-/// `progress` is called about once a second with (acked, failed) so far.
+/// `progress` is called about once a second with (acked, failed) so far. Every operation is
+/// recorded in `history`, if given: from its first send to its last answer, as one.
+#[allow(clippy::too_many_arguments)]
 pub async fn run_accounts(
     accounts: &Accounts,
     range: AccountRange,
@@ -202,6 +259,7 @@ pub async fn run_accounts(
     duration: Duration,
     ledger: &Arc<Mutex<Ledger>>,
     next_op: &Arc<AtomicU64>,
+    history: Option<&Arc<HistoryWriter>>,
     progress: impl Fn(u64, u64, Duration),
 ) -> PhaseLoad {
     let stop = Arc::new(AtomicBool::new(false));
@@ -212,6 +270,7 @@ pub async fn run_accounts(
     for w in 0..concurrency {
         let (accounts, stop, acked, failed, ledger, next_op) =
             (accounts.clone(), stop.clone(), acked.clone(), failed.clone(), ledger.clone(), next_op.clone());
+        let history = history.cloned();
         tasks.push(tokio::spawn(async move {
             let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (w + 1).wrapping_mul(0x2545_F491_4F6C_DD1D);
             let mut lat = Vec::new();
@@ -223,16 +282,22 @@ pub async fn run_accounts(
                 let a = rng % range.count.max(1);
                 let op = next_op.fetch_add(1, Ordering::Relaxed);
                 let amount = (rng >> 20) as i64 % 100 + 1;
-                let (cmd, signed) = match (rng >> 8) % 10 {
-                    0..=6 => (AccountCmd::Deposit { op, amount }, amount),
-                    7 | 8 => (AccountCmd::Withdraw { op, amount }, -amount),
-                    _ => (AccountCmd::Balance, 0),
+                let (cmd, signed, kind) = match (rng >> 8) % 10 {
+                    0..=6 => (AccountCmd::Deposit { op, amount }, amount, Kind::Deposit),
+                    7 | 8 => (AccountCmd::Withdraw { op, amount }, -amount, Kind::Withdraw),
+                    _ => (AccountCmd::Balance, 0, Kind::Balance),
                 };
                 // Reads change nothing, so only writes carry a request id (and get recorded).
-                let request_id = (signed != 0).then(|| format!("{}-{op}", run_tag()));
+                let request_id = (signed != 0).then(|| shardline::RequestId::new(format!("{}-{op}", run_tag())));
                 let t = Instant::now();
-                let r = ask_retrying(&accounts, range.id(a), cmd, request_id, &mut errors).await;
+                let invoke_us = now_us();
+                let r = ask_retrying(&accounts, range.id(a), cmd, request_id.clone(), &mut errors).await;
                 let us = t.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
+                if let Some(h) = &history {
+                    let (op, amount) = if kind == Kind::Balance { (0, 0) } else { (op, amount) };
+                    // A failure to record is kept by the writer, whose flush reports it.
+                    let _ = h.record(&record(range.id(a), kind, op, amount, request_id.as_ref(), invoke_us, &r));
+                }
                 match r {
                     Ok(reply) => {
                         lat.push(us);
@@ -291,14 +356,42 @@ pub async fn run_accounts(
 /// event every moved shard answers again.
 pub struct HomeMonitor {
     stop: Arc<AtomicBool>,
+    /// Shards moved so far: what a monitor that times out still reports.
+    moved: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<(usize, Option<Duration>)>,
+}
+
+/// A phase whose moved shards all serve again.
+#[derive(Debug, Clone, Copy)]
+pub struct Rehomed {
+    /// Shards that moved.
+    pub moved: usize,
+    /// How long after the event every moved shard answered (None: none moved).
+    pub served_after: Option<Duration>,
+}
+
+/// Why a phase's moved shards were not seen serving again.
+#[derive(Debug, thiserror::Error)]
+pub enum RehomeError {
+    /// When the limit ran out, shards were still moving or a moved shard did not answer.
+    #[error("the moves had not settled, or a moved shard did not answer, within {limit:?} ({moved} shards moved)")]
+    TimedOut {
+        /// Shards that had moved by then.
+        moved: usize,
+        /// The limit.
+        limit: Duration,
+    },
+    /// The monitor ended without a result.
+    #[error("the re-home monitor failed: {0}")]
+    Failed(String),
 }
 
 impl HomeMonitor {
     /// Starts watching from `event` on.
     pub fn start(accounts: &Accounts, probes: Arc<Vec<String>>, event: Instant) -> HomeMonitor {
         let stop = Arc::new(AtomicBool::new(false));
-        let (accounts, stop2) = (accounts.clone(), stop.clone());
+        let moved_count = Arc::new(AtomicUsize::new(0));
+        let (accounts, stop2, moved_count2) = (accounts.clone(), stop.clone(), moved_count.clone());
         let task = tokio::spawn(async move {
             let before = accounts.entities().shard_homes();
             let mut last = before.clone();
@@ -314,6 +407,7 @@ impl HomeMonitor {
                             moved.insert(i);
                         }
                     }
+                    moved_count2.store(moved.len(), Ordering::Relaxed);
                     last = homes.clone();
                     last_change = Instant::now();
                     dirty = true;
@@ -343,15 +437,31 @@ impl HomeMonitor {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         });
-        HomeMonitor { stop, task }
+        HomeMonitor { stop, moved: moved_count, task }
     }
 
-    /// Stops watching once the last change was served; returns (shards moved, time to serve).
-    pub async fn finish(self, limit: Duration) -> (usize, Option<Duration>) {
+    /// Stops watching once the last change was served, waiting at most `limit` for it. A
+    /// monitor that runs out of time is an error, never a phase with nothing moved.
+    pub async fn finish(mut self, limit: Duration) -> Result<Rehomed, RehomeError> {
         self.stop.store(true, Ordering::Relaxed);
-        match tokio::time::timeout(limit, self.task).await {
-            Ok(Ok(r)) => r,
-            _ => (0, None),
+        match tokio::time::timeout(limit, &mut self.task).await {
+            Ok(Ok((moved, served_after))) => Ok(Rehomed { moved, served_after }),
+            Ok(Err(e)) => Err(RehomeError::Failed(e.to_string())),
+            Err(_) => {
+                // Left running, it would probe the shards for ever.
+                self.task.abort();
+                Err(RehomeError::TimedOut { moved: self.moved.load(Ordering::Relaxed), limit })
+            }
+        }
+    }
+}
+
+impl RehomeError {
+    /// Shards that had moved when the monitor gave up (0 when it failed).
+    pub fn moved(&self) -> usize {
+        match self {
+            RehomeError::TimedOut { moved, .. } => *moved,
+            RehomeError::Failed(_) => 0,
         }
     }
 }
@@ -380,4 +490,23 @@ pub fn shards_per_node(homes: &[Option<NodeId>]) -> BTreeMap<String, usize> {
         *m.entry(h.name.to_string()).or_insert(0) += 1;
     }
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A monitor whose shards never serve again reports it, with what had moved.
+    #[tokio::test]
+    async fn a_monitor_that_runs_out_of_time_says_so() {
+        let m = HomeMonitor {
+            stop: Arc::default(),
+            moved: Arc::new(AtomicUsize::new(3)),
+            task: tokio::spawn(std::future::pending()),
+        };
+        match m.finish(Duration::from_millis(10)).await {
+            Err(e @ RehomeError::TimedOut { moved: 3, .. }) => assert_eq!(e.moved(), 3),
+            other => panic!("a monitor that never finished: {other:?}"),
+        }
+    }
 }

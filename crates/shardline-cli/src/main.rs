@@ -3,6 +3,7 @@
 mod admin_client;
 mod args;
 mod bench;
+mod check;
 mod demo;
 mod external_load;
 mod false_downs;
@@ -104,6 +105,9 @@ fn main() {
             args::Command::Rebalance { type_key, admin: a } => {
                 let path = format!("/api/rebalance?type={}", admin_client::encode(&type_key));
                 admin(&a, "POST", path, admin_client::render_rebalancing).await
+            }
+            args::Command::Check { histories, ownership_log, killed } => {
+                check::run(&histories, ownership_log.as_deref(), &killed)
             }
         }
     });

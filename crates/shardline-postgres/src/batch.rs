@@ -33,13 +33,12 @@ WITH fence AS (
     INSERT INTO shardline_replies (persistence_id, request_id, seq, reply)
     SELECT $3, $12::TEXT, $6::BIGINT + cardinality($7::TEXT[]), $13::BYTEA FROM ok WHERE $12::TEXT IS NOT NULL
     ON CONFLICT (persistence_id, request_id) DO UPDATE
-        SET seq = EXCLUDED.seq, reply = EXCLUDED.reply, recorded = DEFAULT
+        SET seq = EXCLUDED.seq, reply = EXCLUDED.reply, recorded = DEFAULT, recorded_at = DEFAULT
 ), old AS (
     DELETE FROM shardline_replies
     WHERE persistence_id = $3 AND $12::TEXT IS NOT NULL AND EXISTS (SELECT 1 FROM ok)
-      AND request_id IN (
-          SELECT request_id FROM shardline_replies WHERE persistence_id = $3 AND request_id <> $12::TEXT
-          ORDER BY seq DESC, recorded DESC OFFSET GREATEST($14::BIGINT - 1, 0))
+      AND request_id <> $12::TEXT
+      AND recorded_at < (EXTRACT(EPOCH FROM now()) * 1000)::BIGINT - $14::BIGINT
 )
 SELECT (SELECT term FROM fence), (SELECT seq FROM fence), (SELECT s FROM last), EXISTS (SELECT 1 FROM ok),
     (SELECT reply FROM dup)";
@@ -53,7 +52,7 @@ WITH req AS (
     SELECT * FROM UNNEST($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::BIGINT[], $5::BIGINT[], $6::BIGINT[],
                          $7::TEXT[], $8::BOOL[], $9::TEXT[], $10::BYTEA[], $11::BIGINT[], $12::BIGINT[])
         WITH ORDINALITY AS r(type_key, shard, pid, term, eseq, expected, entity_id, remember, request_id, reply,
-                             win, events, idx)
+                             keep_ms, events, idx)
 ), fence AS (
     SELECT r.idx, f.term, f.seq FROM req r
     JOIN shardline_fences f ON f.type_key = r.type_key AND f.shard = r.shard FOR SHARE OF f
@@ -80,15 +79,11 @@ WITH req AS (
     INSERT INTO shardline_replies (persistence_id, request_id, seq, reply)
     SELECT pid, request_id, expected + events, reply FROM ok WHERE request_id IS NOT NULL
     ON CONFLICT (persistence_id, request_id) DO UPDATE
-        SET seq = EXCLUDED.seq, reply = EXCLUDED.reply, recorded = DEFAULT
+        SET seq = EXCLUDED.seq, reply = EXCLUDED.reply, recorded = DEFAULT, recorded_at = DEFAULT
 ), old AS (
-    DELETE FROM shardline_replies d
-    WHERE (d.persistence_id, d.request_id) IN (
-        SELECT ok.pid, x.request_id FROM ok CROSS JOIN LATERAL (
-            SELECT request_id FROM shardline_replies
-            WHERE persistence_id = ok.pid AND request_id <> ok.request_id
-            ORDER BY seq DESC, recorded DESC OFFSET GREATEST(ok.win - 1, 0)) x
-        WHERE ok.request_id IS NOT NULL)
+    DELETE FROM shardline_replies d USING ok
+    WHERE d.persistence_id = ok.pid AND ok.request_id IS NOT NULL AND d.request_id <> ok.request_id
+      AND d.recorded_at < (EXTRACT(EPOCH FROM now()) * 1000)::BIGINT - ok.keep_ms
 )
 SELECT f.term, f.seq, l.s, EXISTS (SELECT 1 FROM ok WHERE ok.idx = r.idx), dup.reply
 FROM req r JOIN last l ON l.idx = r.idx LEFT JOIN fence f ON f.idx = r.idx LEFT JOIN dup ON dup.idx = r.idx
@@ -104,12 +99,12 @@ pub(crate) async fn batched_appends(
 ) -> Result<(Vec<Result<u64, JournalError>>, Result<(), JournalError>), JournalError> {
     let args: Vec<AppendArgs<'_>> = requests.iter().map(|r| AppendArgs::new(r)).collect::<Result<_, _>>()?;
     let column = |f: &dyn Fn(&AppendArgs<'_>) -> i64| args.iter().map(f).collect::<Vec<i64>>();
-    let (shards, terms, eseqs, expected, windows) = (
+    let (shards, terms, eseqs, expected, keep_ms) = (
         column(&|a| a.shard),
         column(&|a| a.term),
         column(&|a| a.epoch_seq),
         column(&|a| a.expected),
-        column(&|a| a.window),
+        column(&|a| a.keep_ms),
     );
     let counts = column(&|a| a.names.len() as i64);
     let type_keys: Vec<&str> = requests.iter().map(|r| r.fence.type_key.as_str()).collect();
@@ -140,7 +135,7 @@ pub(crate) async fn batched_appends(
         &remember,
         &request_ids,
         &replies,
-        &windows,
+        &keep_ms,
         &counts,
         &ev_idx,
         &ev_ord,
@@ -223,7 +218,7 @@ pub(crate) struct AppendArgs<'a> {
     payloads: Vec<&'a [u8]>,
     request_id: Option<&'a str>,
     reply: Option<&'a [u8]>,
-    window: i64,
+    keep_ms: i64,
 }
 
 impl<'a> AppendArgs<'a> {
@@ -239,7 +234,7 @@ impl<'a> AppendArgs<'a> {
             payloads: req.events.iter().map(|e| e.payload.as_slice()).collect(),
             request_id: req.reply.as_ref().map(|r| r.request_id.as_str()),
             reply: req.reply.as_ref().map(|r| r.reply.as_slice()),
-            window: to_i64(req.reply_window.max(1) as u64, "reply window")?,
+            keep_ms: i64::try_from(req.keep_replies.as_millis()).unwrap_or(i64::MAX),
         })
     }
 
@@ -258,7 +253,7 @@ impl<'a> AppendArgs<'a> {
             &self.req.remember,
             &self.request_id,
             &self.reply,
-            &self.window,
+            &self.keep_ms,
         ]
     }
 }

@@ -53,6 +53,11 @@ const MIGRATIONS: &[&str] = &[
     // entity on each append).
     "CREATE INDEX shardline_replies_by_seq ON shardline_replies (persistence_id, seq, recorded)
         INCLUDE (request_id);",
+    // 3: replies kept for a time rather than a count (milliseconds since the Unix epoch by the
+    // server's clock); those recorded before the upgrade count from the upgrade.
+    "ALTER TABLE shardline_replies
+        ADD COLUMN recorded_at BIGINT NOT NULL DEFAULT (EXTRACT(EPOCH FROM now()) * 1000)::BIGINT;
+     CREATE INDEX shardline_replies_by_time ON shardline_replies (persistence_id, recorded_at);",
 ];
 
 /// Most requests one transaction takes.
@@ -221,7 +226,7 @@ async fn route(mut rx: mpsc::Receiver<Job>, writers: Vec<mpsc::Sender<Job>>) {
             | Job::SaveSnapshot(_, pid, ..)
             | Job::LoadSnapshot(pid, _)
             | Job::RecordedReply(pid, ..)
-            | Job::RecordedReplies(pid, _) => Some(pid.as_str()),
+            | Job::RecordedReplies(pid, ..) => Some(pid.as_str()),
             Job::RaiseFence(..) | Job::Remembered(..) | Job::Forget(..) | Job::HighestTerm(_) => None,
         };
         let i = pid.map_or(0, |p| {
@@ -353,7 +358,7 @@ fn read_only(job: &Job) -> Option<Option<&str>> {
         | Job::LastSeq(pid, _)
         | Job::LoadSnapshot(pid, _)
         | Job::RecordedReply(pid, ..)
-        | Job::RecordedReplies(pid, _) => Some(Some(pid.as_str())),
+        | Job::RecordedReplies(pid, ..) => Some(Some(pid.as_str())),
         Job::Remembered(..) | Job::HighestTerm(_) => Some(None),
         Job::RaiseFence(..) | Job::Append(..) | Job::SaveSnapshot(..) | Job::Forget(..) => None,
     }
@@ -366,7 +371,7 @@ async fn read_job(client: &Client, job: Job) -> Outcome {
         Job::LastSeq(pid, r) => Outcome::Seq(r, last_seq(client, &pid).await),
         Job::LoadSnapshot(pid, r) => Outcome::Snapshot(r, load_snapshot(client, &pid).await),
         Job::RecordedReply(pid, id, r) => Outcome::Bytes(r, recorded_reply(client, &pid, &id).await),
-        Job::RecordedReplies(pid, r) => Outcome::Replies(r, recorded_replies(client, &pid).await),
+        Job::RecordedReplies(pid, n, r) => Outcome::Replies(r, recorded_replies(client, &pid, n).await),
         Job::Remembered(t, s, r) => Outcome::Ids(r, remembered(client, &t, s).await),
         Job::HighestTerm(r) => Outcome::Seq(r, highest_term(client).await),
         other => Outcome::failed(other, JournalError::Failed("a write was taken for a read".into())),
@@ -384,7 +389,7 @@ async fn run_job(tx: &mut Transaction<'_>, job: Job) -> Outcome {
         }
         Job::LoadSnapshot(pid, r) => Outcome::Snapshot(r, load_snapshot(tx, &pid).await),
         Job::RecordedReply(pid, id, r) => Outcome::Bytes(r, recorded_reply(tx, &pid, &id).await),
-        Job::RecordedReplies(pid, r) => Outcome::Replies(r, recorded_replies(tx, &pid).await),
+        Job::RecordedReplies(pid, n, r) => Outcome::Replies(r, recorded_replies(tx, &pid, n).await),
         Job::Remembered(t, s, r) => Outcome::Ids(r, remembered(tx, &t, s).await),
         Job::Forget(f, id, r) => Outcome::Unit(r, in_savepoint(tx, |sp| Box::pin(forget(sp, f, id))).await),
         Job::HighestTerm(r) => Outcome::Seq(r, highest_term(tx).await),
@@ -535,20 +540,20 @@ async fn append(tx: &Transaction<'_>, req: AppendRequest) -> Result<u64, Journal
     }
     if let Some(r) = &req.reply {
         let seq = to_i64(new_last, "sequence number")?;
+        let keep = i64::try_from(req.keep_replies.as_millis()).unwrap_or(i64::MAX);
+        // Through the index by time, by the server's clock: usually the one reply that just aged out.
         tx.execute(
-            "INSERT INTO shardline_replies (persistence_id, request_id, seq, reply) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (persistence_id, request_id) DO UPDATE SET seq = EXCLUDED.seq, reply = EXCLUDED.reply,
-                recorded = DEFAULT",
-            &[pid, &r.request_id, &seq, &r.reply],
+            "DELETE FROM shardline_replies WHERE persistence_id = $1
+                AND recorded_at < (EXTRACT(EPOCH FROM now()) * 1000)::BIGINT - $2",
+            &[pid, &keep],
         )
         .await
         .map_err(db)?;
-        let window = to_i64(req.reply_window.max(1) as u64, "reply window")?;
         tx.execute(
-            "DELETE FROM shardline_replies WHERE persistence_id = $1 AND request_id IN (
-                SELECT request_id FROM shardline_replies WHERE persistence_id = $1
-                ORDER BY seq DESC, recorded DESC OFFSET $2)",
-            &[pid, &window],
+            "INSERT INTO shardline_replies (persistence_id, request_id, seq, reply) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (persistence_id, request_id) DO UPDATE SET seq = EXCLUDED.seq, reply = EXCLUDED.reply,
+                recorded = DEFAULT, recorded_at = DEFAULT",
+            &[pid, &r.request_id, &seq, &r.reply],
         )
         .await
         .map_err(db)?;
@@ -609,12 +614,26 @@ async fn recorded_reply(tx: &impl GenericClient, pid: &str, id: &str) -> Result<
     row.map(|r| col(&r, 0)).transpose()
 }
 
-async fn recorded_replies(tx: &impl GenericClient, pid: &str) -> Result<Vec<RecordedReply>, JournalError> {
+async fn recorded_replies(
+    tx: &impl GenericClient,
+    pid: &str,
+    newest: usize,
+) -> Result<Vec<RecordedReply>, JournalError> {
+    let limit = i64::try_from(newest).unwrap_or(i64::MAX);
     let rows = tx
-        .query("SELECT request_id, reply FROM shardline_replies WHERE persistence_id = $1 ORDER BY seq", &[&pid])
+        .query(
+            "SELECT request_id, reply FROM shardline_replies WHERE persistence_id = $1
+             ORDER BY seq DESC, recorded DESC LIMIT $2",
+            &[&pid, &limit],
+        )
         .await
         .map_err(db)?;
-    rows.iter().map(|r| Ok(RecordedReply { request_id: col(r, 0)?, reply: col(r, 1)? })).collect()
+    let mut replies: Vec<RecordedReply> = rows
+        .iter()
+        .map(|r| Ok(RecordedReply { request_id: col(r, 0)?, reply: col(r, 1)? }))
+        .collect::<Result<_, _>>()?;
+    replies.reverse();
+    Ok(replies)
 }
 
 async fn remembered(tx: &impl GenericClient, type_key: &str, shard: ShardId) -> Result<Vec<String>, JournalError> {

@@ -16,7 +16,7 @@
 use std::cell::Cell;
 use std::ffi::c_int;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rusqlite::hooks::{CheckpointMode, Wal};
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Transaction};
@@ -57,6 +57,11 @@ const MIGRATIONS: &[&str] = &[
         SELECT persistence_id, seq, type_name, schema_version, payload FROM shardline_events;
      DROP TABLE shardline_events;
      ALTER TABLE shardline_events_v2 RENAME TO shardline_events;",
+    // 3: replies kept for a time rather than a count (milliseconds since the Unix epoch by the
+    // writer's clock); those recorded before the upgrade count from the upgrade.
+    "ALTER TABLE shardline_replies ADD COLUMN recorded_at INTEGER NOT NULL DEFAULT 0;
+     UPDATE shardline_replies SET recorded_at = CAST(strftime('%s', 'now') AS INTEGER) * 1000;
+     CREATE INDEX shardline_replies_by_time ON shardline_replies (persistence_id, recorded_at);",
 ];
 
 /// Most requests one transaction takes.
@@ -288,7 +293,7 @@ fn run_job(tx: &mut Transaction<'_>, job: Job) -> Outcome {
         Job::SaveSnapshot(f, pid, s, r) => Outcome::Unit(r, in_savepoint(tx, |sp| save_snapshot(sp, &f, &pid, &s))),
         Job::LoadSnapshot(pid, r) => Outcome::Snapshot(r, load_snapshot(tx, &pid)),
         Job::RecordedReply(pid, id, r) => Outcome::Bytes(r, recorded_reply(tx, &pid, &id)),
-        Job::RecordedReplies(pid, r) => Outcome::Replies(r, recorded_replies(tx, &pid)),
+        Job::RecordedReplies(pid, n, r) => Outcome::Replies(r, recorded_replies(tx, &pid, n)),
         Job::Remembered(t, s, r) => Outcome::Ids(r, remembered(tx, &t, s)),
         Job::Forget(f, id, r) => Outcome::Unit(r, in_savepoint(tx, |sp| forget(sp, &f, &id))),
         Job::HighestTerm(r) => Outcome::Seq(r, highest_term(tx)),
@@ -391,22 +396,19 @@ fn append(c: &Connection, req: &AppendRequest) -> Result<u64, JournalError> {
     }
     if let Some(r) = &req.reply {
         let seq = to_i64(new_last, "sequence number")?;
+        let now = now_ms();
+        let keep = i64::try_from(req.keep_replies.as_millis()).unwrap_or(i64::MAX);
+        // Through the index by time: usually the one reply that just aged out.
+        c.prepare_cached("DELETE FROM shardline_replies WHERE persistence_id = ?1 AND recorded_at < ?2")
+            .map_err(db)?
+            .execute(params![pid, now.saturating_sub(keep)])
+            .map_err(db)?;
         c.prepare_cached(
-            "INSERT OR REPLACE INTO shardline_replies (persistence_id, request_id, seq, reply) VALUES (?1, ?2, ?3, ?4)",
+            "INSERT OR REPLACE INTO shardline_replies (persistence_id, request_id, seq, reply, recorded_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
         )
         .map_err(db)?
-        .execute(params![pid, r.request_id, seq, r.reply])
-        .map_err(db)?;
-        let window = to_i64(req.reply_window.max(1) as u64, "reply window")?;
-        // Newest first by the index (its entries end with the rowid): skip the window, drop the
-        // rest, usually one reply.
-        c.prepare_cached(
-            "DELETE FROM shardline_replies WHERE rowid IN (
-                SELECT rowid FROM shardline_replies WHERE persistence_id = ?1
-                ORDER BY seq DESC, rowid DESC LIMIT -1 OFFSET ?2)",
-        )
-        .map_err(db)?
-        .execute(params![pid, window])
+        .execute(params![pid, r.request_id, seq, r.reply, now])
         .map_err(db)?;
     }
     Ok(new_last)
@@ -487,12 +489,25 @@ fn recorded_reply(c: &Connection, pid: &str, id: &str) -> Result<Option<Vec<u8>>
         .map_err(db)
 }
 
-fn recorded_replies(c: &Connection, pid: &str) -> Result<Vec<RecordedReply>, JournalError> {
+fn recorded_replies(c: &Connection, pid: &str, newest: usize) -> Result<Vec<RecordedReply>, JournalError> {
+    let limit = i64::try_from(newest).unwrap_or(i64::MAX);
     let mut q = c
-        .prepare_cached("SELECT request_id, reply FROM shardline_replies WHERE persistence_id = ?1 ORDER BY seq")
+        .prepare_cached(
+            "SELECT request_id, reply FROM shardline_replies WHERE persistence_id = ?1
+             ORDER BY seq DESC, rowid DESC LIMIT ?2",
+        )
         .map_err(db)?;
-    let rows = q.query_map([pid], |r| Ok(RecordedReply { request_id: r.get(0)?, reply: r.get(1)? })).map_err(db)?;
-    rows.map(|r| r.map_err(db)).collect()
+    let rows = q
+        .query_map(params![pid, limit], |r| Ok(RecordedReply { request_id: r.get(0)?, reply: r.get(1)? }))
+        .map_err(db)?;
+    let mut newest_first: Vec<RecordedReply> = rows.map(|r| r.map_err(db)).collect::<Result<_, _>>()?;
+    newest_first.reverse();
+    Ok(newest_first)
+}
+
+/// The writer's clock, in milliseconds since the Unix epoch: what replies are kept by.
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 fn remembered(c: &Connection, type_key: &str, shard: ShardId) -> Result<Vec<String>, JournalError> {

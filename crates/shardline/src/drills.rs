@@ -5,8 +5,9 @@
 //! - [`two_owners_of_one_shard`]: two nodes that both believe they own a shard write to it; the
 //!   database refuses the older epoch, and the entity's history stays one line.
 //! - [`outage_under_load`]: the database goes away under load and comes back; asks fail
-//!   meanwhile, callers resend with their request ids, and afterwards every acknowledged command
-//!   is applied exactly once, by the same node, which was never restarted.
+//!   meanwhile, callers resend with their request ids what may have been applied and give up
+//!   what they are told was not, and afterwards, per entity, every acknowledged command is
+//!   applied exactly once and none given up is, by the same node, which was never restarted.
 //!
 //! Each returns a description of the first broken promise.
 
@@ -17,12 +18,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use shardline_core::EntityId;
+use shardline_core::{EntityId, Epoch, ShardId};
 
 use crate::entity::{EventSourced, EventSourcedHandle, EventSourcedSettings};
 use crate::journal::conformance::Check;
-use crate::journal::Journal;
-use crate::{Cluster, EntitySettings, Error, Gossip};
+use crate::journal::{AppendRequest, EventRecord, Fence, Journal, JournalError};
+use crate::{Cluster, EntitySettings, Error, Gossip, Processed};
 
 /// The drills' entity: a sum of additions.
 #[derive(Default, Serialize, Deserialize)]
@@ -98,10 +99,33 @@ async fn lone_node(
     Ok((c, h))
 }
 
+/// The events of entity `id` of `type_key`, in order: their sequence numbers must run 1, 2, …
+/// without a gap, and each must decode; returns the values added.
+async fn stored_adds(journal: &Arc<dyn Journal>, type_key: &str, id: &str) -> Result<Vec<u64>, String> {
+    let pid = crate::entity::event_sourced::persistence_id(type_key, id);
+    let events = journal.read(&pid, 1).await.map_err(|e| format!("{pid}: read: {e}"))?;
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    ensure!(seqs.iter().copied().eq(1..=seqs.len() as u64), "{pid}: one linear history from 1, found {seqs:?}");
+    events
+        .iter()
+        .map(|e| postcard::from_bytes::<Added>(&e.event.payload).map(|Added(k)| k))
+        .collect::<Result<Vec<u64>, _>>()
+        .map_err(|e| format!("{pid}: an event cannot be decoded: {e}"))
+}
+
+/// The epoch at which `h`'s node hosts `shard`.
+fn hosted_at(h: &EventSourcedHandle<Sum>, shard: ShardId, who: &str) -> Result<Epoch, String> {
+    let hosted = h.entities().hosted_epochs();
+    hosted.iter().find(|(s, _)| *s == shard).map(|(_, e)| *e).ok_or(format!("{who} does not host {shard}: {hosted:?}"))
+}
+
 /// Two nodes host the same shard: each is a cluster of its own on one journal (a split brain,
 /// forced). The second starts later, so at a newer epoch; once it has written, every write of
 /// the first is refused by the database as fenced and applies nothing, and the entity's history
 /// is one line: the first node's events, then the second's.
+///
+/// The first owner's writes carry the sequence number the journal holds at that moment, so no
+/// sequence conflict can refuse them: only the fence can.
 pub async fn two_owners_of_one_shard(journal: Arc<dyn Journal>, prefix: &str) -> Check {
     let type_key = format!("{prefix}-owners");
     let (old, old_h) = lone_node(&journal, &format!("{prefix}-old"), &type_key).await?;
@@ -111,100 +135,164 @@ pub async fn two_owners_of_one_shard(journal: Arc<dyn Journal>, prefix: &str) ->
     let (new, new_h) = lone_node(&journal, &format!("{prefix}-new"), &type_key).await?;
     ensure!(new_h.ask("e", SumCmd::Get).await == Ok(6), "the second owner recovers the first one's events");
     ensure!(new_h.ask("e", SumCmd::Add(10)).await == Ok(16), "the second owner writes");
-    // The first still believes it owns the shard, and its entity holds its own state.
-    let refused = old_h.ask("e", SumCmd::Add(100)).await;
-    match &refused {
-        Err(e) if e.is_safe_to_retry() => {}
-        other => return Err(format!("the older owner's write after the newer one's: {other:?}")),
+    let shard = old_h.entities().shard_of("e");
+    let old_epoch = hosted_at(&old_h, shard, "the first owner")?;
+    let new_epoch = hosted_at(&new_h, shard, "the second owner")?;
+    ensure!(old_epoch < new_epoch, "the second owner hosts at {new_epoch}, not newer than the first's {old_epoch}");
+
+    // The first owner appends as its entity would, at its own epoch, after the last event stored
+    // (read just now): the sequence number is right, the epoch is not.
+    let pid = crate::entity::event_sourced::persistence_id(&type_key, "e");
+    let last = journal.last_seq(&pid).await.map_err(|e| format!("last seq: {e}"))?;
+    ensure!(last == 4, "four events before the first owner's late write, found {last}");
+    let payload = postcard::to_allocvec(&Added(100)).map_err(|e| format!("an event cannot be encoded: {e}"))?;
+    let late = AppendRequest {
+        fence: Fence { type_key: type_key.clone(), shard, epoch: old_epoch },
+        persistence_id: pid.clone(),
+        entity_id: "e".into(),
+        expected_seq: last,
+        events: vec![EventRecord { type_name: Sum::EVENT_TYPE.into(), schema_version: Sum::SCHEMA_VERSION, payload }],
+        remember: false,
+        reply: None,
+        keep_replies: Duration::from_secs(60),
+    };
+    match journal.append(late).await {
+        Err(JournalError::Fenced { mine, stored: Some(stored), .. }) if mine == old_epoch && stored >= new_epoch => {}
+        other => {
+            return Err(format!(
+                "the first owner's append at {old_epoch} after event {last} (the last stored) is not refused as \
+                 fenced at {new_epoch}: {other:?}"
+            ))
+        }
+    }
+
+    // The same through the first owner's entity, which still believes it owns the shard. Its
+    // first write carries the sequence number it last saw (3); once refused, the entity reads
+    // its history again, so its second write carries the current one (4) and only the fence
+    // stands in its way.
+    for attempt in 1..=2 {
+        match old_h.ask("e", SumCmd::Add(100)).await {
+            Err(e) if e.is_safe_to_retry() => {}
+            other => return Err(format!("the first owner's entity, write {attempt} after the second's: {other:?}")),
+        }
+        let now = journal.last_seq(&pid).await.map_err(|e| format!("last seq: {e}"))?;
+        ensure!(now == last, "the first owner's entity, write {attempt}: {now} events stored, {last} before");
     }
     ensure!(new_h.ask("e", SumCmd::Add(20)).await == Ok(36), "the newer owner goes on");
-    let pid = crate::entity::event_sourced::persistence_id(&type_key, "e");
-    let events = journal.read(&pid, 1).await.map_err(|e| format!("read: {e}"))?;
-    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
-    ensure!(seqs == (1..=5).collect::<Vec<_>>(), "one linear history 1..=5, found {seqs:?}");
-    let adds: Result<Vec<u64>, _> =
-        events.iter().map(|e| postcard::from_bytes::<Added>(&e.event.payload).map(|Added(k)| k)).collect();
-    let adds = adds.map_err(|e| format!("an event cannot be decoded: {e}"))?;
+    let adds = stored_adds(&journal, &type_key, "e").await?;
     ensure!(adds == [1, 2, 3, 10, 20], "the first owner's events, then the second's, found {adds:?}");
     old.crash();
     new.crash();
     Ok(())
 }
 
-/// Per entity: request ids acknowledged.
-type Acked = Arc<Mutex<BTreeMap<String, u64>>>;
+/// What one caller of [`outage_under_load`] was told, per entity: the operations acknowledged,
+/// and those answered "not applied" and given up (never sent again).
+#[derive(Default)]
+struct Told {
+    acked: BTreeMap<String, Vec<u64>>,
+    not_applied: BTreeMap<String, Vec<u64>>,
+}
 
-/// A node under load from `callers` callers, each resending an unanswered `Add(1)` with its
-/// request id; `cut` takes the database away, `restore` brings it back. Asks must fail while it
-/// is away (and say whether they were applied); afterwards the same node serves again, and each
-/// entity's total is exactly the number of acknowledged adds.
+/// A node under load from 4 callers, each sending `Add(op)` with a value `op` unique to the
+/// operation and a request id; `cut` takes the database away, `restore` brings it back.
+///
+/// A caller resends an operation with its request id while its outcome is unknown (a timeout,
+/// say), and gives it up once told it was not applied (that is the answer a caller can act on:
+/// the operation is not in the journal, and never will be). Asks must fail while the database is
+/// away, each with an error that says whether it was applied; afterwards the same node serves
+/// again, and per entity the journal holds every acknowledged operation exactly once, none of
+/// those given up, and nothing else.
 pub async fn outage_under_load<C, R>(journal: Arc<dyn Journal>, prefix: &str, cut: C, restore: R) -> Check
 where
     C: Future<Output = ()>,
     R: Future<Output = ()>,
 {
     const ENTITIES: u64 = 8;
-    let (node, h) = lone_node(&journal, &format!("{prefix}-outage"), &format!("{prefix}-outage")).await?;
+    let type_key = format!("{prefix}-outage");
+    let (node, h) = lone_node(&journal, &type_key, &type_key).await?;
     let stop = Arc::new(AtomicBool::new(false));
-    let acked: Acked = Arc::default();
+    let next_op = Arc::new(AtomicU64::new(1));
     let answered = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
     let errors: Arc<Mutex<Vec<Error>>> = Arc::default();
     let mut callers = Vec::new();
-    for c in 0..4u64 {
-        let (h, stop, acked, answered, errors) =
-            (h.clone(), stop.clone(), acked.clone(), answered.clone(), errors.clone());
+    for _ in 0..4 {
+        let (h, stop, next_op, answered, failed, errors) =
+            (h.clone(), stop.clone(), next_op.clone(), answered.clone(), failed.clone(), errors.clone());
+        let prefix = prefix.to_string();
         callers.push(tokio::spawn(async move {
-            let mut n = 0u64;
+            let mut told = Told::default();
             while !stop.load(Ordering::Acquire) {
-                n += 1;
-                let id = format!("s{}", (c + n) % ENTITIES);
-                let rid = format!("{c}-{n}");
+                let op = next_op.fetch_add(1, Ordering::AcqRel);
+                let id = format!("s{}", op % ENTITIES);
+                let rid = crate::RequestId::new(format!("{prefix}-op-{op}"));
+                // Whether an earlier attempt may have been applied: then only an answer (or the
+                // recorded one) settles it, and the operation is sent until it comes.
+                let mut maybe_applied = false;
                 let give_up = Instant::now() + Duration::from_secs(60);
                 loop {
-                    match h.ask_with_request_id(&id, SumCmd::Add(1), rid.clone()).await {
+                    let e = match h.ask_with_request_id(&id, SumCmd::Add(op), rid.clone()).await {
                         Ok(_) => {
-                            *acked.lock().unwrap_or_else(|e| e.into_inner()).entry(id.clone()).or_default() += 1;
+                            told.acked.entry(id.clone()).or_default().push(op);
                             answered.fetch_add(1, Ordering::AcqRel);
                             break;
                         }
-                        Err(e) if Instant::now() < give_up => {
-                            errors.lock().unwrap_or_else(|e| e.into_inner()).push(e);
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                        }
-                        Err(e) => return Err(format!("{id} request {rid} unanswered for 60 s: {e}")),
+                        Err(e) => e,
+                    };
+                    failed.fetch_add(1, Ordering::AcqRel);
+                    errors.lock().unwrap_or_else(|e| e.into_inner()).push(e.clone());
+                    let processed = e.processed();
+                    maybe_applied |= processed == Processed::Maybe;
+                    if processed == Processed::Yes {
+                        return Err(format!("{id} op {op}: applied, yet unanswered, during an outage: {e:?}"));
+                    }
+                    if Instant::now() >= give_up {
+                        return Err(format!("{id} op {op} ({rid}) unanswered for 60 s: {e}"));
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    if !maybe_applied {
+                        told.not_applied.entry(id.clone()).or_default().push(op);
+                        break;
                     }
                 }
             }
-            Ok(())
+            Ok(told)
         }));
     }
-    let wait_for_answers = |more: u64, what: &'static str| {
-        let answered = answered.clone();
+    // Waits until `counter` is `more` past `from`.
+    let wait_for = |counter: &Arc<AtomicU64>, from: u64, more: u64, what: &'static str| {
+        let counter = counter.clone();
         async move {
-            let target = answered.load(Ordering::Acquire) + more;
+            let target = from + more;
             let give_up = Instant::now() + Duration::from_secs(60);
-            while answered.load(Ordering::Acquire) < target {
-                ensure!(Instant::now() < give_up, "{what}: fewer than {more} answers in 60 s");
+            while counter.load(Ordering::Acquire) < target {
+                ensure!(Instant::now() < give_up, "{what}: fewer than {more} in 60 s");
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             Ok(())
         }
     };
-    wait_for_answers(50, "before the outage").await?;
+    let now = |counter: &Arc<AtomicU64>| counter.load(Ordering::Acquire);
+    wait_for(&answered, now(&answered), 50, "answers before the outage").await?;
+    let failed_before = now(&failed);
     cut.await;
-    let during = answered.load(Ordering::Acquire);
+    // The outage lasts a few seconds, and at least until the callers felt it.
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let failed_during = errors.lock().unwrap_or_else(|e| e.into_inner()).len();
-    // A command admitted just before the cut may still complete; nothing much more than that.
-    let answered_during = answered.load(Ordering::Acquire) - during;
+    wait_for(&failed, failed_before, 8, "asks failing while the database is away").await?;
     restore.await;
-    wait_for_answers(50, "after the database came back").await?;
+    wait_for(&answered, now(&answered), 50, "answers after the database came back").await?;
     stop.store(true, Ordering::Release);
+    let mut told = Told::default();
     for c in callers {
-        c.await.map_err(|e| format!("a caller panicked: {e}"))??;
+        let t = c.await.map_err(|e| format!("a caller panicked: {e}"))??;
+        for (id, ops) in t.acked {
+            told.acked.entry(id).or_default().extend(ops);
+        }
+        for (id, ops) in t.not_applied {
+            told.not_applied.entry(id).or_default().extend(ops);
+        }
     }
-    ensure!(failed_during > 0, "no ask failed while the database was away");
-    ensure!(answered_during <= 8, "{answered_during} asks were answered while the database was away");
     let errors = errors.lock().unwrap_or_else(|e| e.into_inner()).clone();
     for e in &errors {
         ensure!(
@@ -212,10 +300,30 @@ where
             "an outage error that does not say whether it was applied: {e:?}"
         );
     }
-    let acked = acked.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    for (id, n) in &acked {
-        let total = h.ask(id, SumCmd::Get).await.map_err(|e| format!("{id} after the outage: {e}"))?;
-        ensure!(total == *n, "{id}: {n} acknowledged adds, total {total}");
+    for n in 0..ENTITIES {
+        let id = format!("s{n}");
+        let acked = told.acked.get(&id).cloned().unwrap_or_default();
+        let not_applied = told.not_applied.get(&id).cloned().unwrap_or_default();
+        let mut stored: BTreeMap<u64, usize> = BTreeMap::new();
+        for op in stored_adds(&journal, &type_key, &id).await? {
+            *stored.entry(op).or_default() += 1;
+        }
+        for op in &acked {
+            match stored.get(op).copied().unwrap_or(0) {
+                1 => {}
+                0 => return Err(format!("{id}: op {op} was acknowledged and is not in the journal")),
+                k => return Err(format!("{id}: op {op} was acknowledged once and is in the journal {k} times")),
+            }
+        }
+        for op in &not_applied {
+            ensure!(!stored.contains_key(op), "{id}: op {op} was answered \"not applied\", and is in the journal");
+        }
+        let unknown: Vec<u64> = stored.keys().filter(|op| !acked.contains(op)).copied().collect();
+        ensure!(unknown.is_empty(), "{id}: ops in the journal that no caller was told of: {unknown:?}");
+        // The node serves the journal's state, not one of its own.
+        let total = h.ask(&id, SumCmd::Get).await.map_err(|e| format!("{id} after the outage: {e}"))?;
+        let want: u64 = acked.iter().sum();
+        ensure!(total == want, "{id}: the acknowledged ops add up to {want}, the entity answers {total}");
     }
     node.crash();
     Ok(())

@@ -11,6 +11,7 @@ use std::time::Duration;
 /// | [`Unavailable`](Error::Unavailable), [`Overloaded`](Error::Overloaded), [`Rejected`](Error::Rejected) | no | yes, it cannot run twice |
 /// | [`ReplyLost`](Error::ReplyLost) | yes | no: it ran, only the answer is gone |
 /// | [`Timeout`](Error::Timeout), [`OutcomeUnknown`](Error::OutcomeUnknown) | maybe | only if the message is idempotent |
+/// | [`RequestExpired`](Error::RequestExpired) | maybe, and not this time | no: too late to tell |
 ///
 /// ```
 /// use shardline::{Error, Processed};
@@ -44,6 +45,12 @@ pub enum Error {
     /// it. The message may or may not have been processed.
     #[error("outcome unknown: {0}")]
     OutcomeUnknown(String),
+    /// Not processed this time: a retry of a request issued longer ago than its entity keeps
+    /// replies for ([`EventSourcedSettings::reply_retention`](crate::EventSourcedSettings)).
+    /// An earlier attempt may have been processed, and the entity can no longer tell, so it
+    /// refuses rather than risk applying it twice.
+    #[error("request expired: {0}")]
+    RequestExpired(String),
 }
 
 /// Whether a failed message was processed by its entity.
@@ -63,7 +70,7 @@ impl Error {
         match self {
             Error::Unavailable(_) | Error::Overloaded(_) | Error::Rejected(_) => Processed::No,
             Error::ReplyLost(_) => Processed::Yes,
-            Error::Timeout(_) | Error::OutcomeUnknown(_) => Processed::Maybe,
+            Error::Timeout(_) | Error::OutcomeUnknown(_) | Error::RequestExpired(_) => Processed::Maybe,
         }
     }
 

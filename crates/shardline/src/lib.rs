@@ -57,7 +57,7 @@ pub use cluster::{
 };
 pub use entity::{
     Entities, Entity, EntityContext, EntityHandle, EntityRef, EntitySettings, EventSourced, EventSourcedHandle,
-    EventSourcedSettings, StrategyKind,
+    EventSourcedSettings, RequestId, StrategyKind,
 };
 pub use error::{ConfigError, Error, Processed, TransportError};
 pub use membership::{ClusterView, Gossip, GossipConfig, MembershipProvider};

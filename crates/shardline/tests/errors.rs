@@ -134,15 +134,21 @@ async fn timeout_may_have_been_processed() {
     assert_eq!(count(&h, "slow").await, 1);
 }
 
+/// A node that left refuses what is still sent through it, as not processed. The entity lives
+/// on the other node, so its count shows whether the refused messages reached it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unavailable_was_not_processed() {
-    let (c, h) = lone("err-unavailable").await;
-    assert_eq!(count(&h, "u").await, 0);
-    c.leave_within(Duration::from_secs(20)).await.expect("leaves");
-    let err = h.entity_ref("u").ask(Probe::Count).await.expect_err("the node left");
+    let (a, _b, ha, hb, id) = remote_pair("err-unavailable").await;
+    assert_eq!(count(&hb, &id).await, 1, "remote_pair's ask");
+    a.leave_within(Duration::from_secs(20)).await.expect("a leaves");
+    let err = ha.entity_ref(&id).ask(Probe::Count).await.expect_err("the node left");
     assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
     assert!(err.is_safe_to_retry());
-    assert!(matches!(h.entity_ref("u").tell(Probe::Count), Err(Error::Unavailable(_))));
+    let told = ha.entity_ref(&id).tell(Probe::Count);
+    assert!(matches!(told, Err(Error::Unavailable(_))), "{told:?}");
+    // Only remote_pair's ask and the first count: the refused ask, which would have been
+    // processed before its answer came, did not reach the entity.
+    assert_eq!(count(&hb, &id).await, 2, "the entity processed a message its sender was told was not");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

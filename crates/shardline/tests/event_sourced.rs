@@ -12,6 +12,7 @@ use shardline::journal::conformance::append;
 use shardline::journal::{EventRecord, Fence, InMemoryJournal, Journal};
 use shardline::{
     Cluster, EntityId, EntitySettings, Epoch, Error, EventSourced, EventSourcedHandle, EventSourcedSettings, Gossip,
+    RequestId,
 };
 
 #[derive(Default, Serialize, Deserialize)]
@@ -125,10 +126,18 @@ async fn state_survives_a_crash_of_its_node() {
 async fn a_retried_request_is_applied_once() {
     let journal = InMemoryJournal::new();
     let (_c, h) = node("es-retry", "solo", None, &journal, EventSourcedSettings::default()).await;
-    assert_eq!(h.ask_with_request_id("x", TallyCmd::Add(5), "req-1").await.unwrap(), 5);
-    assert_eq!(h.ask_with_request_id("x", TallyCmd::Add(5), "req-1").await.unwrap(), 5, "the recorded reply");
+    assert_eq!(h.ask_with_request_id("x", TallyCmd::Add(5), RequestId::new("req-1")).await.unwrap(), 5);
+    assert_eq!(
+        h.ask_with_request_id("x", TallyCmd::Add(5), RequestId::new("req-1")).await.unwrap(),
+        5,
+        "the recorded reply"
+    );
     assert_eq!(h.ask("x", TallyCmd::Get).await.unwrap(), 5, "applied once");
-    assert_eq!(h.ask_with_request_id("x", TallyCmd::Add(5), "req-2").await.unwrap(), 10, "a new request applies");
+    assert_eq!(
+        h.ask_with_request_id("x", TallyCmd::Add(5), RequestId::new("req-2")).await.unwrap(),
+        10,
+        "a new request applies"
+    );
     assert_eq!(journal.read("tally|x", 1).await.unwrap().len(), 2);
 }
 
@@ -211,8 +220,8 @@ async fn a_write_that_needs_no_state_does_not_recover() {
     let journal = with_an_unknown_event("b").await;
     let (_c, h) = node("es-blind", "solo", None, &journal, EventSourcedSettings::default()).await;
     assert_eq!(h.ask("b", TallyCmd::Log(5)).await, Ok(0), "appended without recovering");
-    assert_eq!(h.ask_with_request_id("b", TallyCmd::Log(7), "log-7").await, Ok(0));
-    assert_eq!(h.ask_with_request_id("b", TallyCmd::Log(7), "log-7").await, Ok(0), "the retry");
+    assert_eq!(h.ask_with_request_id("b", TallyCmd::Log(7), RequestId::new("log-7")).await, Ok(0));
+    assert_eq!(h.ask_with_request_id("b", TallyCmd::Log(7), RequestId::new("log-7")).await, Ok(0), "the retry");
     assert_eq!(journal.read("tally|b", 1).await.unwrap().len(), 3, "the unknown event, then two logs");
     let err = h.ask("b", TallyCmd::Get).await.expect_err("reading the state needs the history");
     assert!(matches!(&err, Error::Rejected(m) if m.contains("tally|b event 1")), "{err:?}");

@@ -9,10 +9,14 @@
 //!   appended without reading the history);
 //! - appends the command's events, fenced by its shard's epoch and with the sequence number it
 //!   last saw, and answers only once they are durable;
-//! - records the reply with the events when the ask carries a request id, so that a retry (after
-//!   a timeout, a failover, a move) gets the recorded reply and changes nothing: answered from
-//!   the replies it loaded, and refused by the journal in the append's own transaction should
-//!   the entity not know of it (see [`JournalError::Duplicate`](crate::journal::JournalError));
+//! - records the reply with the events when the ask carries a [`RequestId`], so that a retry
+//!   (after a timeout, a failover, a move) gets the recorded reply and changes nothing: answered
+//!   from the replies it keeps in memory, and refused by the journal in the append's own
+//!   transaction otherwise (see [`JournalError::Duplicate`](crate::journal::JournalError)).
+//!   Replies are kept for [`EventSourcedSettings::reply_retention`](super::EventSourcedSettings)
+//!   whatever the number of requests in between; a retry issued longer ago than that is refused
+//!   ([`Error::RequestExpired`]), never applied again. A command with a request id that writes
+//!   no event records its reply too, so its retry gets the same answer;
 //! - writes a snapshot every [`EventSourcedSettings::snapshot_every`](super::EventSourcedSettings::snapshot_every) events.
 //!
 //! Its state survives moves and crashes alike: a new owner reads it back from the journal.
@@ -44,10 +48,13 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::request_id::RequestId;
+use crate::sharding::settings::CLOCK_SKEW_MARGIN;
+
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use shardline_core::EntityId;
-use tracing::warn;
+use tracing::{error, warn};
 
 use super::EntityHandle;
 use super::{Entity, EntityContext};
@@ -92,7 +99,7 @@ pub trait EventSourced: Serialize + DeserializeOwned + Sized + Send + 'static {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Persist<C> {
     /// Identifies the logical request across retries (None: not recorded).
-    pub request_id: Option<String>,
+    pub request_id: Option<RequestId>,
     /// The command.
     pub command: C,
 }
@@ -112,6 +119,10 @@ pub enum PersistError {
     /// applied, and resending will not help until it is repaired.
     #[error("history unreadable: {0}")]
     Unreadable(String),
+    /// A retry of a request issued longer ago than replies are kept: an earlier attempt may have
+    /// been applied, and nothing was applied now.
+    #[error("request expired: {0}")]
+    Expired(String),
 }
 
 impl From<PersistError> for Error {
@@ -120,6 +131,7 @@ impl From<PersistError> for Error {
             PersistError::NotApplied(m) => Error::Unavailable(m),
             PersistError::Unknown(m) => Error::OutcomeUnknown(m),
             PersistError::Unreadable(m) => Error::Rejected(m),
+            PersistError::Expired(m) => Error::RequestExpired(m),
         }
     }
 }
@@ -152,9 +164,13 @@ pub struct Persistent<T: EventSourced> {
     state: Option<(T, u64)>,
     /// Sequence number of the latest snapshot.
     snapshot_at: u64,
-    /// The replies recorded for this entity, oldest first (the journal's window, loaded at
-    /// recovery and kept up to date since): a retry is answered from here, with no extra read.
+    /// The newest replies recorded for this entity, oldest first (loaded at recovery and kept up
+    /// to date since): a retry found here is answered with no extra read.
     replies: VecDeque<RecordedReply>,
+    /// Whether `replies` holds every reply the journal keeps for this entity. Then the journal
+    /// refusing a request as applied already means the state was not the journal's (two
+    /// instances, or a recovery that raced an append): logged as the bug it is.
+    replies_complete: bool,
 }
 
 /// The persistence id of an entity: its type and id.
@@ -165,8 +181,16 @@ pub fn persistence_id(type_key: &str, id: &str) -> String {
 impl<T: EventSourced> Persistent<T> {
     async fn recover(&mut self, ctx: &EntityContext, pid: &str) -> Result<(), PersistError> {
         let journal = ctx.journal().ok_or_else(|| PersistError::Unreadable("no journal".into()))?;
-        let (snapshot, replies) = tokio::join!(journal.load_snapshot(pid), journal.recorded_replies(pid));
-        self.replies = replies.map_err(journal_error)?.into();
+        let in_memory = ctx.persistence.event_sourced.replies_in_memory.max(1);
+        // One more than fits tells whether they all do.
+        let (snapshot, replies) =
+            tokio::join!(journal.load_snapshot(pid), journal.recorded_replies(pid, in_memory.saturating_add(1)));
+        let mut replies: VecDeque<RecordedReply> = replies.map_err(journal_error)?.into();
+        self.replies_complete = replies.len() <= in_memory;
+        while replies.len() > in_memory {
+            replies.pop_front();
+        }
+        self.replies = replies;
         let (mut state, mut last) = match snapshot.map_err(journal_error)? {
             Some(s) if s.schema_version > T::SCHEMA_VERSION => {
                 return Err(PersistError::Unreadable(format!(
@@ -217,20 +241,24 @@ impl<T: EventSourced> Persistent<T> {
             self.recover(ctx, &pid).await?;
         }
         if let Some(rid) = &msg.request_id {
-            if let Some(r) = self.replies.iter().find(|r| r.request_id == *rid) {
+            if let Some(r) = self.replies.iter().find(|r| r.request_id == rid.key()) {
                 // Handled before: its reply, and nothing applied again.
-                return decode_reply(&pid, rid, &r.reply);
+                return decode_reply(&pid, rid.key(), &r.reply);
             }
+            expired(ctx, &pid, rid)?;
         }
         let Some((state, last)) = self.state.as_ref() else {
             return Err(PersistError::Unreadable(format!("{pid}: not recovered")));
         };
         let last = *last;
         let (events, reply) = state.decide(msg.command);
-        if events.is_empty() {
-            // A read changes nothing: answering it again is harmless, so nothing is recorded.
+        if events.is_empty() && !msg.request_id.as_ref().is_some_and(RequestId::records_reads) {
+            // A read changes nothing and no caller will ask for this answer again: nothing to
+            // record.
             return Ok(reply);
         }
+        // A command that writes no event but carries a caller's request id still records its
+        // reply: its retry must get this answer, not one decided again on a newer state.
         let (request, recorded) = self.append_request(ctx, &pid, last, &events, msg.request_id, &reply)?;
         match timed_append(journal.as_ref(), request).await {
             Ok(new_last) => {
@@ -242,14 +270,28 @@ impl<T: EventSourced> Persistent<T> {
                 }
                 if let Some(r) = recorded {
                     self.replies.push_back(r);
-                    while self.replies.len() > ctx.persistence.event_sourced.reply_window.max(1) {
+                    while self.replies.len() > ctx.persistence.event_sourced.replies_in_memory.max(1) {
                         self.replies.pop_front();
+                        self.replies_complete = false;
                     }
                 }
                 self.maybe_snapshot(ctx, &pid, ctx.persistence.event_sourced.snapshot_every).await;
                 Ok(reply)
             }
+            Err(JournalError::Duplicate { request_id, reply, .. }) if !self.replies_complete => {
+                // An older request than those in memory: the journal still had its reply, and
+                // wrote nothing. The state is unchanged.
+                decode_reply(&pid, &request_id, &reply)
+            }
             Err(e) => {
+                if let JournalError::Duplicate { request_id, .. } = &e {
+                    // Every reply the journal keeps was in memory, and this instance is its
+                    // history's only writer: a request applied that it does not know of means its
+                    // state was not the journal's (a second instance, a recovery that raced an
+                    // append). The journal refused it, so nothing was applied twice.
+                    error!(%pid, %request_id, epoch = %ctx.epoch(), last, "a request this entity had no reply for was applied already: refused by the journal");
+                    metrics::counter!("shardline_entity_unknown_duplicates_total").increment(1);
+                }
                 // Whatever we hold may be stale now (another writer, an unknown commit, or a
                 // request applied without our knowing): read it back before the next command.
                 self.state = None;
@@ -265,17 +307,18 @@ impl<T: EventSourced> Persistent<T> {
         &mut self,
         ctx: &EntityContext,
         pid: &str,
-        request_id: Option<String>,
+        request_id: Option<RequestId>,
         events: Vec<T::Event>,
         reply: T::Reply,
     ) -> Result<T::Reply, PersistError> {
         let journal = ctx.journal().ok_or_else(|| PersistError::Unreadable("no journal".into()))?;
         if let Some(rid) = &request_id {
-            if let Some(bytes) = journal.recorded_reply(pid, rid).await.map_err(journal_error)? {
-                return decode_reply(pid, rid, &bytes);
+            if let Some(bytes) = journal.recorded_reply(pid, rid.key()).await.map_err(journal_error)? {
+                return decode_reply(pid, rid.key(), &bytes);
             }
+            expired(ctx, pid, rid)?;
         }
-        if events.is_empty() {
+        if events.is_empty() && !request_id.as_ref().is_some_and(RequestId::records_reads) {
             return Ok(reply);
         }
         let last = journal.last_seq(pid).await.map_err(journal_error)?;
@@ -294,7 +337,7 @@ impl<T: EventSourced> Persistent<T> {
         pid: &str,
         expected: u64,
         events: &[T::Event],
-        request_id: Option<String>,
+        request_id: Option<RequestId>,
         reply: &T::Reply,
     ) -> Result<(AppendRequest, Option<RecordedReply>), PersistError> {
         let mut records = Vec::with_capacity(events.len());
@@ -305,7 +348,7 @@ impl<T: EventSourced> Persistent<T> {
         }
         let recorded = match request_id {
             Some(rid) => Some(RecordedReply {
-                request_id: rid,
+                request_id: rid.key().to_string(),
                 reply: postcard::to_allocvec(reply)
                     .map_err(|e| PersistError::NotApplied(format!("{pid}: the reply cannot be encoded: {e}")))?,
             }),
@@ -319,7 +362,7 @@ impl<T: EventSourced> Persistent<T> {
             events: records,
             remember: ctx.persistence.remember.is_some(),
             reply: recorded.clone(),
-            reply_window: ctx.persistence.event_sourced.reply_window.max(1),
+            keep_replies: ctx.persistence.event_sourced.reply_retention.saturating_add(CLOCK_SKEW_MARGIN),
         };
         Ok((request, recorded))
     }
@@ -352,7 +395,7 @@ impl<T: EventSourced> Entity for Persistent<T> {
     type Reply = Result<T::Reply, PersistError>;
 
     fn new(id: &EntityId) -> Self {
-        Persistent { id: id.clone(), state: None, snapshot_at: 0, replies: VecDeque::new() }
+        Persistent { id: id.clone(), state: None, snapshot_at: 0, replies: VecDeque::new(), replies_complete: false }
     }
 
     async fn handle(&mut self, ctx: &mut EntityContext, msg: Persist<T::Command>) -> Result<T::Reply, PersistError> {
@@ -388,11 +431,25 @@ impl<T: EventSourced> Clone for EventSourcedHandle<T> {
 }
 
 /// A request id unique across the nodes of a cluster and their restarts.
-fn fresh_request_id() -> String {
+fn fresh_request_id() -> RequestId {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     static START: std::sync::OnceLock<u128> = std::sync::OnceLock::new();
     let start = START.get_or_init(|| SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
-    format!("{start:x}-{}-{:x}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+    RequestId::by_runtime(format!("{start:x}-{}-{:x}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)))
+}
+
+/// Refuses a request issued longer ago than replies are kept: its reply may be gone, so this
+/// entity can no longer tell whether it was applied.
+fn expired(ctx: &EntityContext, pid: &str, rid: &RequestId) -> Result<(), PersistError> {
+    let retention = ctx.persistence.event_sourced.reply_retention;
+    let age = rid.age(SystemTime::now());
+    if age > retention {
+        return Err(PersistError::Expired(format!(
+            "{pid}: request {} was issued {age:?} ago, longer than replies are kept ({retention:?})",
+            rid.key()
+        )));
+    }
+    Ok(())
 }
 
 impl<T: EventSourced> EventSourcedHandle<T> {
@@ -408,14 +465,16 @@ impl<T: EventSourced> EventSourcedHandle<T> {
     }
 
     /// [`ask`](Self::ask) with a request id of the caller's: asking again with the same id
-    /// (after a timeout, say) applies the command at most once and returns the first reply.
+    /// (after a timeout, say) applies the command at most once and returns the first reply, for
+    /// as long as [`EventSourcedSettings::reply_retention`](crate::EventSourcedSettings) after
+    /// the id was made ([`Error::RequestExpired`] after that).
     pub async fn ask_with_request_id(
         &self,
         id: impl AsRef<str>,
         command: T::Command,
-        request_id: impl Into<String>,
+        request_id: RequestId,
     ) -> Result<T::Reply, Error> {
-        self.ask_timeout(id, command, Some(request_id.into()), self.inner.ask_timeout()).await
+        self.ask_timeout(id, command, Some(request_id), self.inner.ask_timeout()).await
     }
 
     /// A command with an optional request id (None: not recorded) and a timeout.
@@ -423,7 +482,7 @@ impl<T: EventSourced> EventSourcedHandle<T> {
         &self,
         id: impl AsRef<str>,
         command: T::Command,
-        request_id: Option<String>,
+        request_id: Option<RequestId>,
         timeout: Duration,
     ) -> Result<T::Reply, Error> {
         let msg = Persist { request_id, command };

@@ -35,8 +35,10 @@
 
 pub mod event_sourced;
 mod handles;
+mod request_id;
 
 pub use crate::sharding::entity::{Entity, EntityContext};
-pub use crate::sharding::settings::{EntitySettings, EventSourcedSettings, StrategyKind};
+pub use crate::sharding::settings::{EntitySettings, EventSourcedSettings, StrategyKind, CLOCK_SKEW_MARGIN};
 pub use event_sourced::{EventSourced, EventSourcedHandle, Persist, PersistError, Persistent};
 pub use handles::{Entities, EntityHandle, EntityRef};
+pub use request_id::RequestId;

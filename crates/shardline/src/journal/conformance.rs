@@ -47,8 +47,17 @@ pub fn append(f: &Fence, pid: &str, expected: u64, n: u64) -> AppendRequest {
         events: (expected + 1..=expected + n).map(event).collect(),
         remember: false,
         reply: None,
-        reply_window: 8,
+        keep_replies: KEEP,
     }
+}
+
+/// How long the checks keep replies: longer than any of them runs.
+const KEEP: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Lets the journal's clock move past what was recorded so far, so that a reply kept for no
+/// time at all is older than the next append.
+async fn let_time_pass() {
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
 }
 
 /// Runs every check.
@@ -194,38 +203,63 @@ pub async fn remembered_entities_follow_their_appends(j: &dyn Journal, t: &str) 
     Ok(())
 }
 
-/// A reply is recorded with its events, found again by its request id, and dropped once it
-/// falls out of the window; a failed append records nothing.
+/// A reply is recorded with its events (or alone, for a command that wrote none), found again by
+/// its request id however many came after it, and dropped only once it is older than the time
+/// appends keep replies for; a failed append records nothing.
 pub async fn replies_are_recorded_with_their_events(j: &dyn Journal, t: &str) -> Check {
     let f = fence(t, 0, e(1, 1));
     j.raise_fence(&f).await.map_err(|e| e.to_string())?;
     let pid = format!("{t}|a");
-    for i in 0..5u64 {
+    for i in 0..200u64 {
         let mut req = append(&f, &pid, i, 1);
         req.reply = Some(RecordedReply { request_id: format!("req-{i}"), reply: vec![i as u8, 0, 255] });
-        req.reply_window = 3;
         j.append(req).await.map_err(|e| e.to_string())?;
     }
     let get = |id: &str| j.recorded_reply(&pid, id);
-    ensure!(get("req-4").await.map_err(|e| e.to_string())? == Some(vec![4, 0, 255]), "the newest reply is missing");
-    ensure!(get("req-2").await.map_err(|e| e.to_string())?.is_some(), "a reply inside the window of 3 is missing");
-    ensure!(get("req-1").await.map_err(|e| e.to_string())?.is_none(), "a reply outside the window of 3 is kept");
+    ensure!(get("req-199").await.map_err(|e| e.to_string())? == Some(vec![199, 0, 255]), "the newest reply is missing");
+    ensure!(
+        get("req-0").await.map_err(|e| e.to_string())? == Some(vec![0, 0, 255]),
+        "199 later requests dropped a reply"
+    );
     let mut failed = append(&f, &pid, 1, 1);
     failed.reply = Some(RecordedReply { request_id: "req-x".into(), reply: vec![9] });
     ensure!(j.append(failed).await.is_err(), "a stale append succeeded");
     ensure!(get("req-x").await.map_err(|e| e.to_string())?.is_none(), "a failed append recorded its reply");
-    let window: Vec<String> =
-        j.recorded_replies(&pid).await.map_err(|e| e.to_string())?.into_iter().map(|r| r.request_id).collect();
-    ensure!(window == ["req-2", "req-3", "req-4"], "the window, oldest first: {window:?}");
-    ensure!(j.last_seq(&pid).await.map_err(|e| e.to_string())? == 5, "the last sequence number");
+    // A reply without events (a command that wrote none): recorded, the history unchanged.
+    let mut bare = append(&f, &pid, 200, 0);
+    bare.reply = Some(RecordedReply { request_id: "read-1".into(), reply: vec![7] });
+    ensure!(j.append(bare).await.map_err(|e| e.to_string())? == 200, "a reply alone moved the history");
+    ensure!(get("read-1").await.map_err(|e| e.to_string())? == Some(vec![7]), "a reply alone was not recorded");
+    let ids = |n: usize| {
+        let pid = pid.clone();
+        async move {
+            j.recorded_replies(&pid, n)
+                .await
+                .map(|v| v.into_iter().map(|r| r.request_id).collect::<Vec<String>>())
+                .map_err(|e| e.to_string())
+        }
+    };
+    let newest = ids(3).await?;
+    ensure!(newest == ["req-198", "req-199", "read-1"], "the newest 3, oldest first: {newest:?}");
+    ensure!(ids(1000).await?.len() == 201, "every reply kept");
+    ensure!(j.last_seq(&pid).await.map_err(|e| e.to_string())? == 200, "the last sequence number");
     ensure!(j.last_seq(&format!("{t}|none")).await.map_err(|e| e.to_string())? == 0, "no events: 0");
+    // Kept for no time at all: the next append drops every older reply, and keeps its own.
+    let_time_pass().await;
+    let mut last = append(&f, &pid, 200, 1);
+    last.reply = Some(RecordedReply { request_id: "req-last".into(), reply: vec![1] });
+    last.keep_replies = std::time::Duration::ZERO;
+    j.append(last).await.map_err(|e| e.to_string())?;
+    ensure!(get("req-0").await.map_err(|e| e.to_string())?.is_none(), "a reply older than kept survived");
+    let left = ids(1000).await?;
+    ensure!(left == ["req-last"], "only the new reply: {left:?}");
     Ok(())
 }
 
 /// An append whose request id has a recorded reply writes nothing and answers `Duplicate` with
 /// that reply, even when its expected sequence number is right (a writer that did not know the
-/// request was applied); alone, or in a batch with other appends, which go on. Once the reply
-/// left the window, the id is new again.
+/// request was applied); alone, or in a batch with other appends, which go on. Only once its
+/// reply is older than kept is the id new again (an entity refuses such a retry first).
 pub async fn a_request_is_applied_once(journal: Arc<dyn Journal>, t: &str) -> Check {
     let j = &*journal;
     let f = fence(t, 0, e(1, 1));
@@ -234,7 +268,6 @@ pub async fn a_request_is_applied_once(journal: Arc<dyn Journal>, t: &str) -> Ch
     let with_id = |pid: &str, expected: u64, id: &str, reply: u8| {
         let mut req = append(&f, pid, expected, 1);
         req.reply = Some(RecordedReply { request_id: id.into(), reply: vec![reply, 0, 255] });
-        req.reply_window = 2;
         req
     };
     j.append(with_id(&pid, 0, "r1", 1)).await.map_err(|e| e.to_string())?;
@@ -270,10 +303,18 @@ pub async fn a_request_is_applied_once(journal: Arc<dyn Journal>, t: &str) -> Ch
         let ok = if dup { is_dup(&r, 1) } else { r == Ok(2) };
         ensure!(ok, "append {i} (a duplicate: {dup}) of a batch with duplicates: {r:?}");
     }
-    // Out of the window (2): applied anew.
-    j.append(with_id(&pid, 1, "r2", 2)).await.map_err(|e| e.to_string())?;
-    j.append(with_id(&pid, 2, "r3", 3)).await.map_err(|e| e.to_string())?;
-    ensure!(j.append(with_id(&pid, 3, "r1", 4)).await == Ok(4), "a request id out of the window was refused");
+    // However many requests came after it, it is still refused.
+    for k in 1..=100u64 {
+        j.append(with_id(&pid, k, &format!("later-{k}"), 2)).await.map_err(|e| e.to_string())?;
+    }
+    let late = j.append(with_id(&pid, 101, "r1", 9)).await;
+    ensure!(is_dup(&late, 1), "a request retried after 100 others was taken again: {late:?}");
+    // Once its reply is older than kept, the id is new again.
+    let_time_pass().await;
+    let mut forget = with_id(&pid, 101, "r4", 4);
+    forget.keep_replies = std::time::Duration::ZERO;
+    j.append(forget).await.map_err(|e| e.to_string())?;
+    ensure!(j.append(with_id(&pid, 102, "r1", 4)).await == Ok(103), "a request id older than kept was refused");
     Ok(())
 }
 
@@ -322,12 +363,11 @@ pub async fn concurrent_appends_record_and_remember(journal: Arc<dyn Journal>, t
                 let mut req = append(&f, &pid, i, 1);
                 req.remember = true;
                 req.reply = Some(RecordedReply { request_id: format!("req-{i}"), reply: vec![w as u8, i as u8] });
-                req.reply_window = 3;
                 journal.append(req).await.map_err(|e| format!("{pid} append {i}: {e}"))?;
             }
             for i in 0..5u64 {
                 let got = journal.recorded_reply(&pid, &format!("req-{i}")).await.map_err(|e| e.to_string())?;
-                let want = (i >= 2).then(|| vec![w as u8, i as u8]);
+                let want = Some(vec![w as u8, i as u8]);
                 if got != want {
                     return Err(format!("{pid} req-{i}: {got:?}, want {want:?}"));
                 }

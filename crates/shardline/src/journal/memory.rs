@@ -1,9 +1,10 @@
 //! `InMemoryJournal`: the journal's semantics in a map, for tests and single-process use. It can
 //! be switched "down" to test what callers do when the database is unreachable.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use shardline_core::{Epoch, ShardId};
 
@@ -14,9 +15,33 @@ struct Tables {
     fences: HashMap<(String, ShardId), Epoch>,
     events: HashMap<String, Vec<StoredEvent>>,
     snapshots: HashMap<String, Snapshot>,
-    /// Per persistence id: (sequence number at recording, request id) → reply, oldest first.
-    replies: HashMap<String, BTreeMap<(u64, String), Vec<u8>>>,
+    replies: HashMap<String, Replies>,
     remembered: HashMap<(String, ShardId), BTreeSet<String>>,
+}
+
+/// The replies of one persistence id: by request id, and in the order they were recorded.
+#[derive(Default)]
+struct Replies {
+    by_id: HashMap<String, Vec<u8>>,
+    order: VecDeque<(SystemTime, String)>,
+}
+
+impl Replies {
+    fn record(&mut self, id: String, reply: Vec<u8>, now: SystemTime) {
+        if self.by_id.insert(id.clone(), reply).is_some() {
+            self.order.retain(|(_, i)| *i != id);
+        }
+        self.order.push_back((now, id));
+    }
+
+    /// Drops what was recorded before `cutoff`.
+    fn prune(&mut self, cutoff: SystemTime) {
+        while self.order.front().is_some_and(|(at, _)| *at < cutoff) {
+            if let Some((_, id)) = self.order.pop_front() {
+                self.by_id.remove(&id);
+            }
+        }
+    }
 }
 
 impl Tables {
@@ -68,8 +93,7 @@ impl Journal for InMemoryJournal {
             t.check_fence(&request.fence)?;
             let pid = request.persistence_id.clone();
             if let Some(r) = &request.reply {
-                let recorded = t.replies.get(&pid).and_then(|m| m.iter().find(|((_, id), _)| *id == r.request_id));
-                if let Some((_, reply)) = recorded {
+                if let Some(reply) = t.replies.get(&pid).and_then(|m| m.by_id.get(&r.request_id)) {
                     return Err(JournalError::Duplicate {
                         persistence_id: pid,
                         request_id: r.request_id.clone(),
@@ -95,12 +119,10 @@ impl Journal for InMemoryJournal {
                 t.remembered.entry(key).or_default().insert(request.entity_id.clone());
             }
             if let Some(r) = request.reply {
+                let now = SystemTime::now();
                 let replies = t.replies.entry(pid).or_default();
-                replies.retain(|(_, id), _| *id != r.request_id);
-                replies.insert((new_last, r.request_id), r.reply);
-                while replies.len() > request.reply_window.max(1) {
-                    replies.pop_first();
-                }
+                replies.prune(now.checked_sub(request.keep_replies).unwrap_or(SystemTime::UNIX_EPOCH));
+                replies.record(r.request_id, r.reply, now);
             }
             Ok(new_last)
         });
@@ -149,22 +171,25 @@ impl Journal for InMemoryJournal {
         persistence_id: &str,
         request_id: &str,
     ) -> BoxFuture<'_, Result<Option<Vec<u8>>, JournalError>> {
-        let r = self.with(|t| {
-            Ok(t.replies
-                .get(persistence_id)
-                .and_then(|m| m.iter().find(|((_, id), _)| id == request_id).map(|(_, r)| r.clone())))
-        });
+        let r = self.with(|t| Ok(t.replies.get(persistence_id).and_then(|m| m.by_id.get(request_id)).cloned()));
         Box::pin(async move { r })
     }
 
-    fn recorded_replies(&self, persistence_id: &str) -> BoxFuture<'_, Result<Vec<RecordedReply>, JournalError>> {
+    fn recorded_replies(
+        &self,
+        persistence_id: &str,
+        newest: usize,
+    ) -> BoxFuture<'_, Result<Vec<RecordedReply>, JournalError>> {
         let r = self.with(|t| {
-            Ok(t.replies
-                .get(persistence_id)
-                .map(|m| {
-                    m.iter().map(|((_, id), r)| RecordedReply { request_id: id.clone(), reply: r.clone() }).collect()
+            let Some(m) = t.replies.get(persistence_id) else { return Ok(Vec::new()) };
+            let skip = m.order.len().saturating_sub(newest);
+            Ok(m.order
+                .iter()
+                .skip(skip)
+                .filter_map(|(_, id)| {
+                    m.by_id.get(id).map(|r| RecordedReply { request_id: id.clone(), reply: r.clone() })
                 })
-                .unwrap_or_default())
+                .collect())
         });
         Box::pin(async move { r })
     }

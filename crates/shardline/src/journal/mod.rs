@@ -120,8 +120,10 @@ pub struct AppendRequest {
     pub remember: bool,
     /// Record this reply in the same transaction.
     pub reply: Option<RecordedReply>,
-    /// Replies kept per persistence id (older ones are dropped in the same transaction).
-    pub reply_window: usize,
+    /// How long replies are kept: those of the persistence id recorded longer ago than this, by
+    /// the journal's clock, are dropped in the same transaction. A retry is recognised exactly
+    /// as long as its reply is kept, however many other requests came between.
+    pub keep_replies: std::time::Duration,
 }
 
 /// A snapshot of an entity's state after event `seq`.
@@ -234,16 +236,21 @@ pub trait Journal: Send + Sync + 'static {
     /// The latest snapshot of the persistence id.
     fn load_snapshot(&self, persistence_id: &str) -> BoxFuture<'_, Result<Option<Snapshot>, JournalError>>;
 
-    /// The reply recorded for a request, if it is still in the window.
+    /// The reply recorded for a request, if it is still kept.
     fn recorded_reply(
         &self,
         persistence_id: &str,
         request_id: &str,
     ) -> BoxFuture<'_, Result<Option<Vec<u8>>, JournalError>>;
 
-    /// Every reply still in the window of a persistence id, oldest first: an entity loads them
-    /// when it recovers, and answers retries from memory after that.
-    fn recorded_replies(&self, persistence_id: &str) -> BoxFuture<'_, Result<Vec<RecordedReply>, JournalError>>;
+    /// The `newest` replies recorded last for a persistence id (fewer when it has fewer), oldest
+    /// first: an entity loads them when it recovers and answers most retries from memory after
+    /// that; a retry it does not find there is still refused by [`append`](Self::append).
+    fn recorded_replies(
+        &self,
+        persistence_id: &str,
+        newest: usize,
+    ) -> BoxFuture<'_, Result<Vec<RecordedReply>, JournalError>>;
 
     /// The entities remembered in a shard.
     fn remembered(&self, type_key: &str, shard: ShardId) -> BoxFuture<'_, Result<Vec<String>, JournalError>>;

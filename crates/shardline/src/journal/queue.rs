@@ -27,8 +27,8 @@ pub enum Job {
     LoadSnapshot(String, Reply<Option<Snapshot>>),
     /// [`Journal::recorded_reply`]: persistence id, request id.
     RecordedReply(String, String, Reply<Option<Vec<u8>>>),
-    /// [`Journal::recorded_replies`]: persistence id.
-    RecordedReplies(String, Reply<Vec<RecordedReply>>),
+    /// [`Journal::recorded_replies`]: persistence id, how many of the newest.
+    RecordedReplies(String, usize, Reply<Vec<RecordedReply>>),
     /// [`Journal::remembered`]: entity type, shard.
     Remembered(String, ShardId, Reply<Vec<String>>),
     /// [`Journal::forget`]: fence, entity id.
@@ -74,7 +74,7 @@ impl Outcome {
             Job::SaveSnapshot(_, _, _, r) | Job::Forget(_, _, r) => Outcome::Unit(r, Err(e)),
             Job::LoadSnapshot(_, r) => Outcome::Snapshot(r, Err(e)),
             Job::RecordedReply(_, _, r) => Outcome::Bytes(r, Err(e)),
-            Job::RecordedReplies(_, r) => Outcome::Replies(r, Err(e)),
+            Job::RecordedReplies(_, _, r) => Outcome::Replies(r, Err(e)),
             Job::Remembered(_, _, r) => Outcome::Ids(r, Err(e)),
         }
     }
@@ -175,9 +175,13 @@ impl Journal for QueuedJournal {
         self.call(|r| Job::RecordedReply(pid, id, r))
     }
 
-    fn recorded_replies(&self, persistence_id: &str) -> BoxFuture<'_, Result<Vec<RecordedReply>, JournalError>> {
+    fn recorded_replies(
+        &self,
+        persistence_id: &str,
+        newest: usize,
+    ) -> BoxFuture<'_, Result<Vec<RecordedReply>, JournalError>> {
         let pid = persistence_id.to_string();
-        self.call(|r| Job::RecordedReplies(pid, r))
+        self.call(|r| Job::RecordedReplies(pid, newest, r))
     }
 
     fn remembered(&self, type_key: &str, shard: ShardId) -> BoxFuture<'_, Result<Vec<String>, JournalError>> {

@@ -22,8 +22,8 @@ pub(crate) const BUCKETS_US: [u64; 12] =
     [50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 100_000, 1_000_000, 10_000_000];
 
 /// The outcomes asks are counted by, in the order of [`AskStats::outcomes`].
-pub(crate) const OUTCOMES: [&str; 7] =
-    ["ok", "timeout", "unavailable", "overloaded", "rejected", "reply_lost", "outcome_unknown"];
+pub(crate) const OUTCOMES: [&str; 8] =
+    ["ok", "timeout", "unavailable", "overloaded", "rejected", "reply_lost", "outcome_unknown", "request_expired"];
 
 /// What a node's asks did, summed over its threads.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -43,7 +43,7 @@ impl AskStats {
     /// Upper bounds of the latency buckets, microseconds.
     pub const BUCKETS_US: [u64; 12] = BUCKETS_US;
     /// The outcomes, in the order of [`AskStats::outcomes`].
-    pub const OUTCOMES: [&'static str; 7] = OUTCOMES;
+    pub const OUTCOMES: [&'static str; 8] = OUTCOMES;
 
     /// Timed asks.
     pub fn timed(&self) -> u64 {
@@ -96,6 +96,7 @@ pub(crate) fn finish<T>(started: Option<Instant>, result: &Result<T, Error>) {
         Err(Error::Rejected(_)) => 4,
         Err(Error::ReplyLost(_)) => 5,
         Err(Error::OutcomeUnknown(_)) => 6,
+        Err(Error::RequestExpired(_)) => 7,
     };
     MINE.with(|c| {
         bump(&c.outcomes[outcome], 1);

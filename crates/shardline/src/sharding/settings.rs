@@ -193,13 +193,30 @@ impl EntitySettings {
 pub struct EventSourcedSettings {
     /// Write a snapshot after this many events (0: never).
     pub snapshot_every: u64,
-    /// Replies kept per entity for retried requests.
-    pub reply_window: usize,
+    /// How long a caller may retry a request ([`RequestId`](crate::RequestId)) and still have
+    /// it applied once: its reply is kept this long (plus [`CLOCK_SKEW_MARGIN`], since callers,
+    /// nodes and the database each read their own clock), however many requests come between.
+    /// A retry of a request issued longer ago is refused with
+    /// [`Error::RequestExpired`](crate::Error::RequestExpired), never applied again.
+    pub reply_retention: Duration,
+    /// Replies an entity keeps in memory (its newest): a retry found there costs no read. One
+    /// that is not is still recognised by the journal, in the append's transaction.
+    pub replies_in_memory: usize,
 }
 
+/// How far apart the clocks of callers, nodes and the journal's database may be: replies are
+/// kept for [`EventSourcedSettings::reply_retention`] plus this, so that a retry an entity still
+/// accepts always finds its reply.
+pub const CLOCK_SKEW_MARGIN: Duration = Duration::from_secs(60);
+
 impl Default for EventSourcedSettings {
-    /// A snapshot every 100 events; the last 64 replies per entity.
+    /// A snapshot every 100 events; replies kept for 15 minutes, the newest 64 per entity in
+    /// memory.
     fn default() -> Self {
-        EventSourcedSettings { snapshot_every: 100, reply_window: 64 }
+        EventSourcedSettings {
+            snapshot_every: 100,
+            reply_retention: Duration::from_secs(15 * 60),
+            replies_in_memory: 64,
+        }
     }
 }
