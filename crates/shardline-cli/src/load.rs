@@ -85,15 +85,7 @@ impl Ledger {
                         match accounts.ask_timeout(range.id(a), AccountCmd::Audit, None, Duration::from_secs(5)).await {
                             Ok(r) => {
                                 if let Some(h) = &history {
-                                    let _ = h.record(&record(
-                                        range.id(a),
-                                        Kind::Audit,
-                                        0,
-                                        0,
-                                        None,
-                                        invoke_us,
-                                        &Ok(r.clone()),
-                                    ));
+                                    let _ = h.record(&record(range.id(a), Kind::Audit, 0, 0, None, invoke_us, Ok(&r)));
                                 }
                                 break Some(r);
                             }
@@ -183,7 +175,7 @@ fn record(
     amount: i64,
     request_id: Option<&shardline::RequestId>,
     invoke_us: u64,
-    result: &Result<AccountReply, Error>,
+    result: Result<&AccountReply, &Error>,
 ) -> Operation {
     let write = matches!(kind, Kind::Deposit | Kind::Withdraw);
     let (outcome, reply) = match result {
@@ -296,7 +288,8 @@ pub async fn run_accounts(
                 if let Some(h) = &history {
                     let (op, amount) = if kind == Kind::Balance { (0, 0) } else { (op, amount) };
                     // A failure to record is kept by the writer, whose flush reports it.
-                    let _ = h.record(&record(range.id(a), kind, op, amount, request_id.as_ref(), invoke_us, &r));
+                    let _ =
+                        h.record(&record(range.id(a), kind, op, amount, request_id.as_ref(), invoke_us, r.as_ref()));
                 }
                 match r {
                     Ok(reply) => {

@@ -47,8 +47,7 @@ impl RequestId {
 
     /// A request issued at `at` (a key kept across a restart of its caller, with its time).
     pub fn issued_at(key: impl Into<String>, at: SystemTime) -> Self {
-        let issued_ms = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis().min(u128::from(u64::MAX)) as u64);
-        RequestId { key: key.into(), issued_ms, by_runtime: false }
+        RequestId { key: key.into(), issued_ms: unix_ms(at), by_runtime: false }
     }
 
     /// A request id of the runtime's own (see `by_runtime`).
@@ -73,9 +72,13 @@ impl RequestId {
 
     /// How long ago it was issued, by `now` (zero if the issuer's clock is ahead).
     pub fn age(&self, now: SystemTime) -> Duration {
-        let now_ms = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis().min(u128::from(u64::MAX)) as u64);
-        Duration::from_millis(now_ms.saturating_sub(self.issued_ms))
+        Duration::from_millis(unix_ms(now).saturating_sub(self.issued_ms))
     }
+}
+
+/// Milliseconds since the Unix epoch (0 before it).
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis().min(u128::from(u64::MAX)) as u64)
 }
 
 impl fmt::Display for RequestId {
