@@ -47,6 +47,10 @@ mod error;
 pub mod fuzz;
 pub mod journal;
 pub mod membership;
+#[cfg(feature = "sabotage")]
+pub mod sabotage;
+#[cfg(not(feature = "sabotage"))]
+mod sabotage;
 pub(crate) mod sharding;
 pub mod transport;
 

@@ -13,7 +13,8 @@ use crate::clock::Clock;
 use crate::error::ConfigError;
 use crate::membership::{ClusterView, Gossip, MembershipProvider, ProviderContext};
 use crate::sharding::node::Node;
-use crate::transport::{TlsConfig, Transport, TransportConfig};
+use crate::transport::network::Bound;
+use crate::transport::{Network, TlsConfig, Transport, TransportConfig};
 
 use super::dispatch::{sweep_pending, watch_membership, Dispatcher, GossipLink};
 use super::{Cluster, NodeInner};
@@ -30,6 +31,7 @@ pub struct ClusterBuilder {
     pub(super) proxy: bool,
     pub(super) transport: Option<TransportConfig>,
     pub(super) ownership_log: Option<std::path::PathBuf>,
+    pub(super) network: Option<Arc<dyn Network>>,
 }
 
 impl ClusterBuilder {
@@ -110,24 +112,45 @@ impl ClusterBuilder {
         self
     }
 
+    /// Takes connections from `network` instead of TCP: a simulated network in tests (see
+    /// [`transport::network`](crate::transport::network)). Refused together with TLS.
+    pub fn network(mut self, network: Arc<dyn Network>) -> Self {
+        self.network = Some(network);
+        self
+    }
+
     /// Starts the node: binds, starts membership, begins serving.
     pub async fn build(self) -> Result<Cluster, ConfigError> {
         if self.cluster_name.is_empty() {
             return Err(ConfigError::Invalid { name: "cluster_name", reason: "must not be empty".into() });
         }
-        let incarnation = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(1);
+        let incarnation = new_incarnation();
         let bind = self.bind.clone();
-        let listener = tokio::net::TcpListener::bind(&bind)
-            .await
-            .map_err(|source| ConfigError::Bind { addr: bind.clone(), source })?;
-        let addr = listener.local_addr().map_err(|source| ConfigError::Bind { addr: bind.clone(), source })?;
+        let bind_failed = |source| ConfigError::Bind { addr: bind.clone(), source };
+        let listener = match &self.network {
+            None => Bound::Tcp(tokio::net::TcpListener::bind(&bind).await.map_err(bind_failed)?),
+            Some(network) => Bound::Other(network.bind(&bind).await.map_err(bind_failed)?),
+        };
+        let addr = match &listener {
+            Bound::Tcp(l) => l.local_addr(),
+            Bound::Other(l) => l.local_addr(),
+        }
+        .map_err(bind_failed)?;
         let name = self.node_name.clone().unwrap_or_else(|| addr.to_string());
         let tconf = self.transport.unwrap_or_else(|| TransportConfig::new(self.cluster_name.clone()));
         let tconf = TransportConfig { cluster: self.cluster_name.clone(), ..tconf };
         match &tconf.tls {
+            Some(_) if self.network.is_some() => {
+                return Err(ConfigError::Invalid {
+                    name: "tls",
+                    reason: "TLS runs over TCP only, and this node takes its connections from a network of its own"
+                        .into(),
+                })
+            }
             Some(tls) => {
                 tls.certifies(&name).map_err(|e| ConfigError::Invalid { name: "tls", reason: e.to_string() })?
             }
+            None if self.network.is_some() => {}
             None => warn!(
                 node = %name,
                 %addr,
@@ -136,8 +159,7 @@ impl ClusterBuilder {
                  outside development"
             ),
         }
-        let transport = Transport::new(NodeId::new(name, incarnation), &listener, tconf)
-            .map_err(|source| ConfigError::Bind { addr: bind.clone(), source })?;
+        let transport = Transport::at(NodeId::new(name, incarnation), addr, tconf, self.network.clone());
         let me = transport.me().clone();
         let (gossip_tx, gossip_rx) = mpsc::channel(1024);
         let clock = Clock::start();
@@ -182,11 +204,31 @@ impl ClusterBuilder {
             down_rx,
             leave: watch::channel(super::Leave::Staying).0,
         });
-        transport.start(listener, Arc::new(Dispatcher(Arc::downgrade(&inner))));
+        transport.serve_from(listener, Arc::new(Dispatcher(Arc::downgrade(&inner))));
         let cluster = Cluster { inner };
         tokio::spawn(watch_membership(cluster.clone(), handle.views));
         tokio::spawn(sweep_pending(Arc::downgrade(&cluster.inner)));
         info!(node = %me, %addr, "node started");
         Ok(cluster)
+    }
+}
+
+/// A node's incarnation: the time it started (ms), made unique in the process, so that a node
+/// restarted within the same millisecond (tests, a simulation) is still a new incarnation.
+fn new_incarnation() -> u64 {
+    static LAST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(1, |d| d.as_millis() as u64);
+    let mut last = LAST.load(std::sync::atomic::Ordering::Relaxed);
+    loop {
+        let next = now.max(last + 1);
+        match LAST.compare_exchange_weak(
+            last,
+            next,
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+        ) {
+            Ok(_) => return next,
+            Err(seen) => last = seen,
+        }
     }
 }

@@ -87,6 +87,7 @@ impl Cluster {
             proxy: false,
             transport: None,
             ownership_log: None,
+            network: None,
         }
     }
 

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use tokio::time::Instant;
 
 use shardline_core::{MembershipView, NodeId, Term};
 use tokio::sync::{mpsc, watch};
@@ -123,7 +123,8 @@ pub struct MembershipHandle {
 /// is about to process) checks this first: a node whose lease ran out processes nothing more.
 ///
 /// ```
-/// use std::time::{Duration, Instant};
+/// use std::time::Duration;
+/// use tokio::time::Instant;
 /// use shardline::membership::HostingLease;
 ///
 /// let lease = HostingLease::new();

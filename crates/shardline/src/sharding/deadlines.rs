@@ -18,7 +18,10 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's, so that a node on a paused clock (tests, a simulation) times its asks out on that clock.
+use tokio::time::Instant;
 
 /// How often deadlines are checked.
 pub(crate) const TICK: Duration = Duration::from_millis(10);
@@ -291,14 +294,17 @@ mod tests {
         assert_eq!(d.waiting(), 0);
     }
 
-    #[tokio::test]
+    // On a paused clock: the time read is the runtime's, exact, not the machine's.
+    #[tokio::test(start_paused = true)]
     async fn a_late_reply_times_out_not_before_the_deadline() {
         let d = Deadlines::start();
         let (_tx, rx) = oneshot::channel::<u32>();
         let start = Instant::now();
         let r = d.within(Duration::from_millis(50), rx).await;
         assert_eq!(r, Err(Elapsed));
-        assert!(start.elapsed() >= Duration::from_millis(50), "never early");
+        assert!(start.elapsed() >= Duration::from_millis(50), "never early: {:?}", start.elapsed());
+        // Found by the sweep that follows the deadline: at most two ticks late.
+        assert!(start.elapsed() <= Duration::from_millis(50) + 2 * TICK, "late: {:?}", start.elapsed());
         assert_eq!(d.waiting(), 0);
     }
 

@@ -4,7 +4,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use shardline_core::{EntityId, Epoch, ShardId};
 use tokio::sync::{mpsc, Notify};

@@ -89,6 +89,7 @@ impl Node {
     /// Whether this node may process messages now: its lease, where it has one, is valid.
     pub fn may_host(&self) -> bool {
         self.shared.lease.as_ref().is_none_or(|l| l.is_valid())
+            || crate::sabotage::is(crate::sabotage::Sabotage::IgnoreLease)
     }
 
     /// Hands a coordinator's domain event to whoever listens (and the log).

@@ -7,7 +7,9 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use shardline_core::{
     Epoch, NodeId, RegionCommand, RegionConfig, RegionEngine, RegionMessage, RejectReason, ShardId, Term, ToRegion,

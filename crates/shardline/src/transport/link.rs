@@ -8,6 +8,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsStream;
 
+use super::network::{Accepted, Connection};
 use super::tls::{certified_for, TlsConfig};
 use crate::error::TransportError;
 
@@ -15,6 +16,9 @@ use crate::error::TransportError;
 pub(crate) enum Link {
     Plain(TcpStream),
     Tls(Box<TlsStream<TcpStream>>),
+    /// A connection of a [`Network`](super::Network) of the caller's (no TLS: the builder
+    /// refuses the two together).
+    Other(Box<dyn Connection>),
 }
 
 impl Link {
@@ -30,7 +34,12 @@ impl Link {
 
     /// Starts TLS as the acceptor when `tls` is set: the peer must show a certificate of the
     /// cluster's CA.
-    pub async fn accept(tcp: TcpStream, tls: Option<&TlsConfig>) -> Result<Link, TransportError> {
+    pub async fn accept(accepted: Accepted, tls: Option<&TlsConfig>) -> Result<Link, TransportError> {
+        let tcp = match accepted {
+            Accepted::Tcp(tcp) => tcp,
+            Accepted::Other(c) => return Ok(Link::Other(c)),
+        };
+        tcp.set_nodelay(true)?;
         let Some(tls) = tls else { return Ok(Link::Plain(tcp)) };
         let stream = tls.acceptor().accept(tcp).await.map_err(tls_failed)?;
         Ok(Link::Tls(Box::new(TlsStream::Server(stream))))
@@ -70,6 +79,7 @@ impl AsyncRead for Link {
         match self.get_mut() {
             Link::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Link::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+            Link::Other(s) => Pin::new(&mut **s).poll_read(cx, buf),
         }
     }
 }
@@ -79,6 +89,7 @@ impl AsyncWrite for Link {
         match self.get_mut() {
             Link::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Link::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+            Link::Other(s) => Pin::new(&mut **s).poll_write(cx, buf),
         }
     }
 
@@ -86,6 +97,7 @@ impl AsyncWrite for Link {
         match self.get_mut() {
             Link::Plain(s) => Pin::new(s).poll_flush(cx),
             Link::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+            Link::Other(s) => Pin::new(&mut **s).poll_flush(cx),
         }
     }
 
@@ -93,6 +105,7 @@ impl AsyncWrite for Link {
         match self.get_mut() {
             Link::Plain(s) => Pin::new(s).poll_shutdown(cx),
             Link::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
+            Link::Other(s) => Pin::new(&mut **s).poll_shutdown(cx),
         }
     }
 }

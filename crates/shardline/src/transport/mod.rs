@@ -30,6 +30,7 @@
 
 pub(crate) mod handshake;
 mod link;
+pub mod network;
 mod peer;
 pub mod tls;
 pub mod wire;
@@ -45,8 +46,10 @@ use tokio::net::{TcpListener, TcpStream};
 
 use handshake::Greeting;
 use link::Link;
+use network::{Accepted, Bound};
 use tracing::{debug, warn};
 
+pub use network::{Connection, Listener, Network};
 pub use peer::SendError;
 pub use tls::{TlsConfig, TlsError};
 pub use wire::{Payload, Wire, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
@@ -108,6 +111,8 @@ pub(crate) struct Shared<M> {
     /// Where this node listens (told to the peers it dials).
     pub listen: SocketAddr,
     pub config: TransportConfig,
+    /// Where connections come from when not from TCP.
+    pub network: Option<Arc<dyn Network>>,
     pub handler: OnceLock<Arc<dyn Inbound<M>>>,
     /// Its strong count, less one, is the number of frames owed ([`Owed`]).
     pub owed: Arc<()>,
@@ -157,24 +162,35 @@ impl<M> Clone for Transport<M> {
 impl<M: Payload> Transport<M> {
     /// A transport for node `me` serving on a bound listener.
     pub fn new(me: NodeId, listener: &TcpListener, config: TransportConfig) -> Result<Transport<M>, std::io::Error> {
-        let local_addr = listener.local_addr()?;
+        Ok(Self::at(me, listener.local_addr()?, config, None))
+    }
+
+    /// A transport for node `me` listening at `listen` on `network` (TCP when None).
+    pub(crate) fn at(
+        me: NodeId,
+        listen: SocketAddr,
+        config: TransportConfig,
+        network: Option<Arc<dyn Network>>,
+    ) -> Transport<M> {
+        let local_addr = listen;
         let (loopback, rx) = tokio::sync::mpsc::channel(config.send_queue.max(1));
         let shared = Arc::new(Shared {
             me,
             listen: local_addr,
             config,
+            network,
             handler: OnceLock::new(),
             owed: Arc::new(()),
             #[cfg(test)]
             writes: Default::default(),
         });
-        Ok(Transport {
+        Transport {
             shared,
             peers: Arc::default(),
             tasks: Arc::default(),
             loopback,
             loopback_rx: Arc::new(Mutex::new(Some(rx))),
-        })
+        }
     }
 
     /// Stops accepting, closes inbound connections and drops every writer.
@@ -197,6 +213,11 @@ impl<M: Payload> Transport<M> {
 
     /// Starts accepting connections; frames go to `handler`.
     pub fn start(&self, listener: TcpListener, handler: Arc<dyn Inbound<M>>) {
+        self.serve_from(Bound::Tcp(listener), handler)
+    }
+
+    /// Starts accepting connections from `listener`; frames go to `handler`.
+    pub(crate) fn serve_from(&self, mut listener: Bound, handler: Arc<dyn Inbound<M>>) {
         let _ = self.shared.handler.set(handler);
         let transport = self.clone();
         let tasks = self.tasks.clone();
@@ -328,9 +349,14 @@ pub(crate) async fn dial<M: Payload>(
     expect: Option<&NodeId>,
     shared: &Shared<M>,
 ) -> Result<(Link, NodeId), TransportError> {
-    let tcp = TcpStream::connect(addr).await?;
-    tcp.set_nodelay(true)?;
-    let mut stream = Link::dial(tcp, shared.config.tls.as_ref()).await?;
+    let mut stream = match &shared.network {
+        None => {
+            let tcp = TcpStream::connect(addr).await?;
+            tcp.set_nodelay(true)?;
+            Link::dial(tcp, shared.config.tls.as_ref()).await?
+        }
+        Some(network) => Link::Other(network.connect(addr).await?),
+    };
     let hello = Wire::<M>::Hello {
         protocol: PROTOCOL_VERSION,
         cluster: shared.config.cluster.clone(),
@@ -378,9 +404,12 @@ pub(crate) async fn read_frame<M: Payload, R: AsyncReadExt + Unpin>(
 }
 
 /// Serves one inbound connection: handshake as the acceptor, then read frames until it closes.
-async fn serve<M: Payload>(tcp: TcpStream, remote: SocketAddr, transport: &Transport<M>) -> Result<(), TransportError> {
+async fn serve<M: Payload>(
+    accepted: Accepted,
+    remote: SocketAddr,
+    transport: &Transport<M>,
+) -> Result<(), TransportError> {
     let shared = &*transport.shared;
-    tcp.set_nodelay(true)?;
     // Logged and counted, but for a probe that connects and closes (a port check): no peer to
     // refuse.
     let refused = |e: TransportError| {
@@ -391,7 +420,7 @@ async fn serve<M: Payload>(tcp: TcpStream, remote: SocketAddr, transport: &Trans
         e
     };
     let timeout = shared.config.connect_timeout;
-    let mut stream = tokio::time::timeout(timeout, Link::accept(tcp, shared.config.tls.as_ref()))
+    let mut stream = tokio::time::timeout(timeout, Link::accept(accepted, shared.config.tls.as_ref()))
         .await
         .map_err(|_| refused(TransportError::HandshakeTimeout))?
         .map_err(refused)?;

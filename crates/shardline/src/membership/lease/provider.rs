@@ -277,7 +277,7 @@ impl Driver {
                 LeaseCommand::Store { id, op } => {
                     self.in_flight = Some((id, Box::pin(execute(self.store.clone(), op))));
                 }
-                LeaseCommand::ExtendHosting { until } => self.lease.extend_to(self.at(until).into_std()),
+                LeaseCommand::ExtendHosting { until } => self.lease.extend_to(self.at(until)),
                 LeaseCommand::RevokeHosting => self.lease.revoke(),
                 LeaseCommand::Publish(view) => self.publish(view),
                 LeaseCommand::Log(event) => log(&event),

@@ -1,0 +1,101 @@
+//! The invariants checked after every schedule.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use shardline_cli::history::linearizable;
+use shardline_cli::history::{Kind, Operation, Outcome as Answer};
+
+use super::world::{Decided, Outcome, Schedule, ANSWER_WITHIN};
+
+/// (a) No two instances of one account are live at once: once an instance has decided a
+/// command, no instance that decided before it decides again. (Only on the memberships and
+/// faults that promise it.)
+pub fn one_live_instance(decided: &[Decided]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current: HashMap<&str, &Decided> = HashMap::new();
+    let mut retired: HashSet<(&str, u64)> = HashSet::new();
+    for d in decided {
+        if retired.contains(&(d.account.as_str(), d.instance)) {
+            let now = current.get(d.account.as_str()).map(|c| (c.instance, c.host.as_str(), c.at_ms));
+            out.push(format!(
+                "{}: instance {} on {} decided at {} ms after instance {:?} (instance, host, ms) took over: two live instances",
+                d.account, d.instance, d.host, d.at_ms, now
+            ));
+            continue;
+        }
+        if let Some(prev) = current.insert(d.account.as_str(), d) {
+            if prev.instance != d.instance {
+                retired.insert((d.account.as_str(), prev.instance));
+            }
+        }
+    }
+    out
+}
+
+/// (b) Every acknowledged write is in the journal exactly once, and nothing answered "not
+/// applied" (or declined) is there; nothing is there twice or unsent.
+pub fn exactly_once(history: &[Operation], journal: &BTreeMap<String, Vec<u64>>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut sent: HashMap<u64, &Operation> = HashMap::new();
+    for o in history.iter().filter(|o| matches!(o.kind, Kind::Deposit | Kind::Withdraw)) {
+        sent.insert(o.op, o);
+    }
+    for (account, ops) in journal {
+        let mut count: HashMap<u64, usize> = HashMap::new();
+        for op in ops {
+            *count.entry(*op).or_default() += 1;
+        }
+        for (op, n) in &count {
+            if *n > 1 {
+                out.push(format!("{account}: op {op} is in the journal {n} times"));
+            }
+            match sent.get(op) {
+                None => out.push(format!("{account}: op {op} is in the journal but was never sent")),
+                Some(o) if o.outcome == Answer::NotApplied => {
+                    out.push(format!("{account}: op {op} was answered \"not applied\" and is in the journal"))
+                }
+                Some(o) if o.outcome == Answer::Ok && o.applied == Some(false) => {
+                    out.push(format!("{account}: op {op} was declined and is in the journal"))
+                }
+                _ => {}
+            }
+        }
+        for o in sent.values().filter(|o| &o.account == account) {
+            if o.outcome == Answer::Ok && o.applied == Some(true) && !count.contains_key(&o.op) {
+                out.push(format!("{account}: op {} was acknowledged and is not in the journal", o.op));
+            }
+        }
+    }
+    out
+}
+
+/// (c) Reads are linearizable per account (the history checker of `shardline check`).
+pub fn linearizable(history: &[Operation]) -> (u64, Vec<String>) {
+    let f = linearizable::check(history);
+    let mut out = f.details.clone();
+    if !f.holds() && out.is_empty() {
+        out.push(format!("{f:?}"));
+    }
+    if f.holds() {
+        out.clear();
+    }
+    (f.reads_checked, out)
+}
+
+/// (d) Every account answered within the bound once the faults healed.
+pub fn answers_after_heal(o: &Outcome) -> Vec<String> {
+    o.unanswered.iter().map(|a| format!("{a} did not answer within {ANSWER_WITHIN} ms of the heal")).collect()
+}
+
+/// Every violation of a run.
+pub fn all(sched: &Schedule, o: &Outcome) -> (u64, Vec<String>) {
+    let mut v = Vec::new();
+    let (reads, lin) = linearizable(&o.history);
+    if sched.promises_one_owner() {
+        v.extend(one_live_instance(&o.decided).into_iter().map(|s| format!("(a) {s}")));
+        v.extend(lin.into_iter().map(|s| format!("(c) {s}")));
+    }
+    v.extend(exactly_once(&o.history, &o.journal_ops).into_iter().map(|s| format!("(b) {s}")));
+    v.extend(answers_after_heal(o).into_iter().map(|s| format!("(d) {s}")));
+    (reads, v)
+}
