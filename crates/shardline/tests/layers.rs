@@ -12,8 +12,15 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-const ORDER: &[&[&str]] =
-    &[&["clock", "error"], &["transport"], &["membership"], &["journal"], &["sharding"], &["entity"], &["cluster"]];
+const ORDER: &[&[&str]] = &[
+    &["clock", "error", "sabotage"],
+    &["transport"],
+    &["membership"],
+    &["journal"],
+    &["sharding"],
+    &["entity"],
+    &["cluster"],
+];
 
 /// What the checker sees of Rust source: comments, literals, lifetimes and numbers left out.
 #[derive(Clone, Debug, PartialEq)]

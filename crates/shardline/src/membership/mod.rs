@@ -8,9 +8,7 @@ pub mod gossip;
 pub mod lease;
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use tokio::time::Instant;
@@ -230,8 +228,8 @@ impl MembershipControl for ControlHandle {
     }
 }
 
-/// A boxed future, for object-safe providers.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+/// A boxed future, for object-safe providers (the transport's, which sits below membership).
+pub use crate::transport::network::BoxFuture;
 
 /// A way to form a cluster.
 pub trait MembershipProvider: Send + 'static {

@@ -8,12 +8,15 @@
 //! TCP stays the concrete type on the usual path; a network of one's own costs one virtual call
 //! per read and write.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::membership::BoxFuture;
+/// A boxed future, for object-safe networks and providers.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A byte stream between two nodes, in order and reliable while it lasts (what TCP gives): a
 /// network that loses bytes must break the connection instead.
