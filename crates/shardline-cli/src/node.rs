@@ -30,14 +30,17 @@ pub async fn register_all(
     Ok(())
 }
 
-async fn start(args: &NodeArgs, journal: &Arc<dyn Journal>) -> Result<Cluster, String> {
+/// Builds and registers this process's node; `rejoining` after an incarnation was fenced.
+async fn start(args: &NodeArgs, journal: &Arc<dyn Journal>, rejoining: bool) -> Result<Cluster, String> {
     // Ranges orders hosts by their numbered membership slots.
     let (leases, gossip) = args.members.settings()?;
     let leases = LeaseConfig { numbered_slots: args.strategy.0 == StrategyKind::Ranges, ..leases };
     // Gossip terms live only as long as the cluster: a cluster restarted from scratch must start
     // above the fences its earlier incarnation left in the journal.
     let floor = journal.highest_term().await.map_err(|e| format!("cannot read the journal: {e}"))?;
-    let gossip = GossipConfig { term_floor: floor, ..gossip };
+    // A first seed that was downed must not start a cluster of its own while the one that downed
+    // it is out of reach (see `GossipConfig::rejoin`).
+    let gossip = GossipConfig { term_floor: floor, rejoin: rejoining, ..gossip };
     let m = &args.members;
     let membership = provider_with(&m.membership, &args.cluster, &m.seeds, leases, gossip).await?;
     let mut b = Cluster::builder()
@@ -143,7 +146,7 @@ pub async fn run(args: NodeArgs) -> i32 {
     let mut admin: Option<tokio::task::JoinHandle<()>> = None;
     let mut first = true;
     loop {
-        let cluster = match start(&args, &journal).await {
+        let cluster = match start(&args, &journal, !first).await {
             Ok(c) => c,
             Err(e) if first => {
                 error!(error = %e, "cannot start the node");

@@ -151,3 +151,37 @@ fn a_region_whose_member_is_forgotten_holds_no_hand_off() {
     let epoch = c.shard_map().slot(s).unwrap().epoch;
     assert_eq!(drain(&mut c), vec![CoordinatorCommand::SendHandOff { to: node("a"), shard: s, epoch }]);
 }
+
+/// A recovering coordinator confirms a leaving member's shard (a home queued for the regions
+/// welcomed before), and its first plan hands that shard off at once. The home must not go out
+/// after `BeginHandOff`: a region takes any home as the end of the pause, and would route to the
+/// owner that is stopping again, after it acknowledged.
+#[test]
+fn a_home_confirmed_in_recovery_is_not_announced_once_its_hand_off_began() {
+    let mut stored = shardline_core::ShardMap::new(1).unwrap();
+    let e = stored.assign(ShardId(0), node("b"), 1).unwrap();
+    let mut v = view(&["a", "b"]);
+    v.set_status(&node("b"), shardline_core::MemberStatus::Leaving).unwrap();
+    let strategy = Box::new(shardline_core::LeastShards::unlimited());
+    let mut c = shardline_core::CoordinatorEngine::new(config(1), node("a"), 2, strategy, v, Some(stored), 0).unwrap();
+    drain(&mut c);
+    c.handle_register(1, &node("a"), 2, &[], true);
+    drain(&mut c);
+    // b confirms its shard: recovery ends, and b leaves, so the shard is handed off to a.
+    c.handle_register(2, &node("b"), 2, &[(ShardId(0), e)], true);
+    assert!(!c.is_recovering());
+    let cmds = drain(&mut c);
+    let begin = cmds
+        .iter()
+        .position(|c| matches!(c, CoordinatorCommand::SendBeginHandOff { shard: ShardId(0), .. }))
+        .expect("the leaving member's shard is handed off");
+    let announced = |c: &CoordinatorCommand| matches!(c, CoordinatorCommand::AnnounceShardHomes { homes, .. } if homes.iter().any(|(s, _)| *s == ShardId(0)));
+    assert!(!cmds[begin..].iter().any(announced), "its home announced while it is handed off: {cmds:?}");
+    // The hand-off ends with the new home, announced.
+    c.handle_begin_hand_off_ack(3, &node("a"), 2, ShardId(0));
+    c.handle_begin_hand_off_ack(3, &node("b"), 2, ShardId(0));
+    c.handle_shard_stopped(4, &node("b"), ShardId(0), e, None);
+    let cmds = drain(&mut c);
+    assert!(cmds.iter().any(|c| matches!(c, CoordinatorCommand::AnnounceShardHomes { homes, .. }
+        if homes.iter().any(|(s, h)| *s == ShardId(0) && h.owner == node("a") && h.epoch > e))));
+}

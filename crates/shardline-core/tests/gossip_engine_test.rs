@@ -1,5 +1,6 @@
 //! Gossip engines exchanging their messages directly: joining through a seed, a leader with a
-//! term, a silent member suspected then down, a leave, and data that cannot be read.
+//! term, a silent member suspected then down, a leave, data that cannot be read, and the
+//! split-brain resolver and leader rule under one-way cuts, restarts and partitions.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -12,6 +13,10 @@ struct Net {
     silent: BTreeSet<String>,
     /// Addresses cut off from the network: they run, but nothing they send or are sent arrives.
     isolated: BTreeSet<String>,
+    /// Links that lose everything sent from the first address to the second (one way).
+    cut: BTreeSet<(String, String)>,
+    /// Links whose messages take this many milliseconds longer (a busy receiver).
+    slow: BTreeMap<(String, String), u64>,
     events: Vec<(String, GossipEvent)>,
     now: u64,
 }
@@ -28,7 +33,15 @@ fn id(name: &str, inc: u64) -> GossipId {
 
 impl Net {
     fn new() -> Self {
-        Net { nodes: BTreeMap::new(), silent: BTreeSet::new(), isolated: BTreeSet::new(), events: Vec::new(), now: 0 }
+        Net {
+            nodes: BTreeMap::new(),
+            silent: BTreeSet::new(),
+            isolated: BTreeSet::new(),
+            cut: BTreeSet::new(),
+            slow: BTreeMap::new(),
+            events: Vec::new(),
+            now: 0,
+        }
     }
 
     fn start(&mut self, name: &str, inc: u64, seeds: &[&str]) {
@@ -36,10 +49,32 @@ impl Net {
     }
 
     fn start_with(&mut self, name: &str, inc: u64, seeds: &[&str], config: GossipConfig) {
+        self.start_as(id(name, inc), seeds, config);
+    }
+
+    fn start_as(&mut self, me: GossipId, seeds: &[&str], config: GossipConfig) {
         let seeds: Vec<String> = seeds.iter().map(|s| format!("{s}:7000")).collect();
-        let me = id(name, inc);
+        let inc = me.node.as_ref().map_or(0, |n| n.incarnation);
         let e = GossipEngine::new(config, me.clone(), &seeds, self.now, inc).unwrap();
         self.nodes.insert(me.addr, e);
+    }
+
+    /// Cuts (or joins again) the links between `a` and each of `others`, both ways.
+    fn cut_both(&mut self, a: &str, others: &[&str], cut: bool) {
+        for o in others {
+            for link in [(format!("{a}:7000"), format!("{o}:7000")), (format!("{o}:7000"), format!("{a}:7000"))] {
+                if cut {
+                    self.cut.insert(link);
+                } else {
+                    self.cut.remove(&link);
+                }
+            }
+        }
+    }
+
+    /// Whether `name` logged `event`.
+    fn logged(&self, name: &str, event: &GossipEvent) -> bool {
+        self.events.contains(&(format!("{name}:7000"), event.clone()))
     }
 
     /// Runs every engine until `until`, delivering messages after 1 ms.
@@ -68,7 +103,11 @@ impl Net {
                 for c in e.drain_commands() {
                     match c {
                         GossipCommand::Send { .. } if self.isolated.contains(addr) => {}
-                        GossipCommand::Send { to, data } => inflight.push((now + 1, to.addr, data)),
+                        GossipCommand::Send { to, .. } if self.cut.contains(&(addr.clone(), to.addr.clone())) => {}
+                        GossipCommand::Send { to, data } => {
+                            let slow = self.slow.get(&(addr.clone(), to.addr.clone())).copied().unwrap_or(0);
+                            inflight.push((now + 1 + slow, to.addr, data));
+                        }
                         GossipCommand::Log(ev) => self.events.push((addr.clone(), ev)),
                         GossipCommand::Publish(_) => {}
                     }
@@ -134,33 +173,36 @@ fn a_silent_member_is_suspected_then_down_and_the_next_oldest_leads_with_a_large
     }
 }
 
-/// A member that led a cluster of its own (a first seed restarted while cut off) with a term
-/// above the others' merges with them: it gives up, being younger, and the oldest member takes
-/// a term above it, since regions follow the highest term they have seen. It takes one term, not
-/// a bidding war with the other claimant.
+/// A member that led a cluster of its own (a first seed restarted while cut off from the others,
+/// with a member that restarted too and reached it) with a term above the others' merges with
+/// them: it gives up, being younger, and the oldest member takes a term above it, since regions
+/// follow the highest term they have seen. It takes one term, not a bidding war with the other
+/// claimant.
 #[test]
 fn a_leader_outranked_by_a_merged_cluster_takes_a_term_above_it_once() {
     let mut net = Net::new();
     net.start("a", 1, &[]);
     net.start("b", 2, &["a"]);
-    net.isolated.insert("c:7000".into());
+    net.cut_both("c", &["a", "b"], true);
+    net.cut_both("d", &["a", "b"], true);
     let high = 1 << 40;
     net.start_with("c", 3, &["c", "a"], GossipConfig { term_floor: high, ..GossipConfig::default() });
+    net.start_with("d", 4, &["c", "a"], GossipConfig { term_floor: high, ..GossipConfig::default() });
     net.run(5_000);
     let (leader, term) = net.view("a").leader.expect("a leads");
     assert_eq!(leader, NodeId::new("a", 1));
     assert!(term < high);
     let (alone, high_term) = net.view("c").leader.expect("c leads alone");
     assert_eq!(alone, NodeId::new("c", 3));
-    net.isolated.clear();
+    net.cut.clear();
     net.run(20_000);
-    for n in ["a", "b", "c"] {
+    for n in ["a", "b", "c", "d"] {
         let (leader, term) = net.view(n).leader.unwrap_or_else(|| panic!("{n} sees no leader"));
         assert_eq!(leader, NodeId::new("a", 1), "{n}");
         assert!(term > high_term, "{n}: the leader's term {term} is above the merged one's {high_term}");
     }
     let leads = |n: &str| net.events.iter().filter(|(a, e)| a == n && matches!(e, GossipEvent::Leads { .. })).count();
-    assert_eq!((leads("a:7000"), leads("c:7000")), (2, 1), "{:?}", net.events);
+    assert_eq!((leads("a:7000"), leads("c:7000"), leads("d:7000")), (2, 1, 0), "{:?}", net.events);
 }
 
 #[test]
@@ -248,4 +290,250 @@ fn lease_majority_needs_a_store() {
         ..GossipConfig::default()
     };
     assert!(GossipEngine::new(config, id("a", 1), &[], 0, 1).is_none());
+}
+
+fn with_resolver() -> GossipConfig {
+    GossipConfig {
+        split_brain: Some(SplitBrainPolicy::KeepMajority),
+        stable_after_ms: 2_000,
+        down_margin_ms: 2_000,
+        ..GossipConfig::default()
+    }
+}
+
+/// A one-way cut: everything `c` sends is lost, while it still hears the others. Their statuses
+/// kept them "connected" to it for as long as they arrived, although none of its probes was
+/// answered; a status that arrived late (a busy process, a stalled message) kept `c` on its side
+/// past the others' margin, and they showed it down while it ran (the gossip world found it).
+/// No answer to anything it sent for a probe period per member and a probe's wait now counts
+/// every member unreachable at once, however fresh their statuses.
+#[test]
+fn a_member_whose_own_traffic_is_lost_finds_itself_cut_off_within_a_probe_round() {
+    let config = GossipConfig::with_split_brain(SplitBrainPolicy::KeepMajority, 1_500);
+    let mut net = Net::new();
+    net.start_with("a", 1, &[], config.clone());
+    net.start_with("b", 2, &["a"], config.clone());
+    net.start_with("c", 3, &["a"], config.clone());
+    net.run(5_000);
+    let cut = net.now;
+    net.cut.insert(("c:7000".into(), "a:7000".into()));
+    net.cut.insert(("c:7000".into(), "b:7000".into()));
+    let (c, others) = (NodeId::new("c", 3), [NodeId::new("a", 1), NodeId::new("b", 2)]);
+    let alone = GossipEvent::Unreachable { nodes: others.into() };
+    // Every member is probed within a round: a period per member (three here) and a probe's wait.
+    let round = 3 * config.probe_period_ms + config.probe_rtt_ms;
+    let mut shown_down = false;
+    while net.now < 40_000 && !shown_down {
+        let t = net.now + 100;
+        net.run(t);
+        assert!(
+            net.logged("c", &alone) || net.now < cut + round + config.probe_period_ms,
+            "t={}: c still counts the others on its side: {:?}",
+            net.now,
+            net.events
+        );
+        shown_down = net.view("a").view.get(&c).is_some_and(|m| m.status == MemberStatus::Down);
+        let stopped = net.logged("c", &GossipEvent::DeclaredDown);
+        assert!(!shown_down || stopped, "t={}: c is down in a's view while it still runs", net.now);
+    }
+    assert!(shown_down, "the others downed c");
+}
+
+/// The first seed, downed and restarted (a rejoin, or a restart on a journal whose fences show
+/// that a cluster ran) while it hears nobody (a one-way cut: its announces reach the others, their
+/// answers do not): it must not start a cluster of its own, which the others would down while it
+/// leads.
+#[test]
+fn a_first_seed_that_rejoins_while_it_hears_nobody_starts_no_cluster_of_its_own() {
+    for (rejoin, term_floor) in [(true, 0), (false, 1 << 40)] {
+        let mut net = Net::new();
+        net.start("a", 1, &["a", "b"]);
+        net.start("b", 2, &["a", "b"]);
+        net.start("c", 3, &["a", "b"]);
+        net.run(5_000);
+        net.silent.insert("a:7000".into());
+        net.run(10_000);
+        assert_eq!(net.view("b").leader.map(|(l, _)| l), Some(NodeId::new("b", 2)), "b leads once a is down");
+        net.silent.clear();
+        let config = GossipConfig { rejoin, term_floor, ..GossipConfig::default() };
+        net.start_with("a", 9, &["a", "b"], config);
+        let restarted = net.events.len();
+        net.cut.insert(("b:7000".into(), "a:7000".into()));
+        net.cut.insert(("c:7000".into(), "a:7000".into()));
+        net.run(20_000);
+        let led = net.events[restarted..].iter().any(|(n, e)| n == "a:7000" && matches!(e, GossipEvent::Leads { .. }));
+        assert!(!led, "rejoin {rejoin}, floor {term_floor}: a led a cluster of its own: {:?}", net.events);
+        for n in ["b", "c"] {
+            assert_eq!(net.view(n).leader.map(|(l, _)| l), Some(NodeId::new("b", 2)), "{n}");
+        }
+    }
+}
+
+/// Liveness of the rule above: when every member restarted (each side of a partition may have
+/// downed itself), the first seed that rejoins reaches members none of which is in a formed
+/// cluster, and forms it again.
+#[test]
+fn a_first_seed_that_rejoins_forms_the_cluster_again_when_everyone_restarted() {
+    let mut net = Net::new();
+    net.start_with("a", 5, &["a", "b"], GossipConfig { rejoin: true, ..GossipConfig::default() });
+    net.start_with("b", 6, &["a", "b"], GossipConfig { rejoin: true, ..GossipConfig::default() });
+    net.run(10_000);
+    for n in ["a", "b"] {
+        assert_eq!(net.view(n).leader.map(|(l, _)| l), Some(NodeId::new("a", 5)), "{n}");
+    }
+}
+
+/// `a` started alone, cut off, long before it joined `c`, at the moment `c` was cut from `b`:
+/// `b` never heard of `a`. Counting itself as known since it started, `a` found its side {a}
+/// (`c`, joined just now, did not count) against {b}, kept it on the tie rule (the lowest
+/// node), and downed `b`, while `b`, on {b} against {c}, kept its side too: both sides survived.
+/// A member counts on its own side from when it joined, as the others do. (`b`, which hears
+/// nobody, no longer wins its tie either: it downs itself, and so may everyone.)
+#[test]
+fn a_member_counts_on_its_side_from_when_it_joined_not_from_when_it_started() {
+    let mut net = Net::new();
+    net.start_with("b", 1, &["b", "c"], with_resolver());
+    net.start_with("c", 2, &["b", "c"], with_resolver());
+    net.run(5_000);
+    net.cut_both("a", &["b", "c"], true);
+    net.start_with("a", 3, &["c"], with_resolver());
+    net.run(10_000);
+    net.cut_both("a", &["c"], false);
+    net.cut_both("b", &["c"], true);
+    net.run(40_000);
+    let downed = |by: &str, node: NodeId| {
+        net.events.iter().any(|(n, e)| {
+            n == &format!("{by}:7000") && matches!(e, GossipEvent::DownedUnreachable { nodes } if nodes.contains(&node))
+        })
+    };
+    let b_survives = downed("b", NodeId::new("c", 2));
+    let other_survives = downed("a", NodeId::new("b", 1)) || downed("c", NodeId::new("b", 1));
+    let decided = |n: &str| net.logged(n, &GossipEvent::DeclaredDown);
+    assert!(b_survives || decided("b"), "b decided: {:?}", net.events);
+    assert!(other_survives || (decided("a") && decided("c")), "a and c decided: {:?}", net.events);
+    assert!(!(b_survives && other_survives), "both sides survived: {:?}", net.events);
+}
+
+/// The 2|2 partition test's hole, on demand: `r`, restarted as a new incarnation, is still cut
+/// from the leader `a` and from `b`, and hears first from the proxy `p` (which announces to the
+/// address of the downed incarnation). The proxy's status carries the cluster's term and says
+/// it is formed; the proxy never leads, so `r` is first in line among the members it knows. It
+/// must not take a term above a leader it has not heard of: regions follow the highest term,
+/// and its coordinator would give away the shards that `a`'s side hosts. Whether `a`'s own
+/// status, relayed by `p`, reaches `r` before `p`'s is a race: `a` repeats it every 2.4 s here,
+/// and `r` restarts at moments spread over that period.
+#[test]
+fn a_rejoined_member_that_reached_only_a_proxy_takes_no_term_above_a_leader_it_never_heard_of() {
+    for offset in (0..2_400).step_by(150) {
+        let mut net = Net::new();
+        net.start_with("a", 1, &["a"], GossipConfig { status_every_ms: 2_400, ..GossipConfig::default() });
+        net.start("b", 2, &["a"]);
+        let mut proxy = id("p", 3);
+        proxy.roles = vec![shardline_core::PROXY_ROLE.to_string()];
+        net.start_as(proxy, &["a"], GossipConfig::default());
+        net.start("r", 4, &["a"]);
+        net.run(6_000);
+        let (leader, term) = net.view("p").leader.expect("a leads");
+        assert_eq!(leader, NodeId::new("a", 1));
+        net.silent.insert("r:7000".into());
+        net.run(12_000 + offset);
+        assert_eq!(net.view("p").view.get(&NodeId::new("r", 4)).map(|m| m.status), Some(MemberStatus::Down));
+        net.silent.clear();
+        net.nodes.remove("r:7000");
+        net.cut_both("r", &["a", "b"], true);
+        net.start("r", 20, &["a"]);
+        net.run(30_000);
+        assert!(net.logged("r", &GossipEvent::Joined), "offset {offset}: r heard the proxy: {:?}", net.events);
+        let led = net.events.iter().any(|(n, e)| n == "r:7000" && matches!(e, GossipEvent::Leads { .. }));
+        assert!(!led, "offset {offset}: r led above the term {term} of a leader it never heard of: {:?}", net.events);
+        assert_eq!(net.view("p").leader, Some((NodeId::new("a", 1), term)), "offset {offset}: a still leads");
+    }
+}
+
+fn cut_in(net: &mut Net, to: &str, from: &[&str]) {
+    for f in from {
+        net.cut.insert((format!("{f}:7000"), format!("{to}:7000")));
+    }
+}
+
+fn led(net: &Net, name: &str) -> bool {
+    net.events.iter().any(|(n, e)| *n == format!("{name}:7000") && matches!(e, GossipEvent::Leads { .. }))
+}
+
+/// `b` leads a cluster of its own and hears nobody (everything sent to it is lost); it still
+/// announces to the members it knows of, and announces carry no status. The first seed `a`,
+/// rejoining, reaches `c` (a restart, in no formed cluster) and hears of `b` without its status:
+/// it must not take `b` for a restarted member and form a second cluster beside it (the gossip
+/// world found `b` showing `a` down while `a` led that second cluster).
+#[test]
+fn a_first_seed_that_rejoins_forms_no_cluster_beside_a_member_whose_status_it_never_heard() {
+    let mut net = Net::new();
+    net.start_with("b", 1, &["b", "a", "c"], with_resolver());
+    cut_in(&mut net, "b", &["a", "c"]);
+    net.run(3_000);
+    assert!(led(&net, "b"), "b formed a cluster and leads: {:?}", net.events);
+    let rejoin = GossipConfig { rejoin: true, ..with_resolver() };
+    net.start_with("a", 2, &["a", "b"], rejoin.clone());
+    net.start_with("c", 3, &["a", "b"], rejoin);
+    net.run(20_000);
+    assert!(net.logged("a", &GossipEvent::Joined), "a reached c: {:?}", net.events);
+    assert!(!led(&net, "a"), "a formed a cluster beside b: {:?}", net.events);
+    assert_eq!(net.view("b").leader.map(|(l, _)| l), Some(NodeId::new("b", 1)));
+}
+
+/// `a` and `c` (not seeds that may form a cluster) have reached each other, and belong to no
+/// formed cluster, when `b`, the leader of one, turns up: it sends, but hears nobody. `b` is
+/// unreachable to them; two against one, they would keep their side and down `b`, which never
+/// learns it and leads on. Members of no formed cluster keep no side: they down themselves.
+#[test]
+fn members_of_no_formed_cluster_down_themselves_rather_than_the_members_they_cannot_reach() {
+    let mut net = Net::new();
+    net.start_with("b", 1, &["b", "a", "c"], with_resolver());
+    net.start_with("a", 2, &["b", "a", "c"], with_resolver());
+    net.start_with("c", 3, &["b", "a", "c"], with_resolver());
+    net.isolated.insert("b:7000".into());
+    net.run(10_000);
+    assert!(net.logged("a", &GossipEvent::Joined) && led(&net, "b"), "{:?}", net.events);
+    net.isolated.clear();
+    cut_in(&mut net, "b", &["a", "c"]);
+    net.run(40_000);
+    let downed_b = net.events.iter().any(|(n, e)| {
+        n != "b:7000" && matches!(e, GossipEvent::DownedUnreachable { nodes } if nodes.contains(&NodeId::new("b", 1)))
+    });
+    assert!(!downed_b, "a member of no formed cluster downed b: {:?}", net.events);
+    assert!(net.logged("a", &GossipEvent::DeclaredDown), "a downed itself: {:?}", net.events);
+    assert_eq!(net.view("b").leader.map(|(l, _)| l), Some(NodeId::new("b", 1)));
+}
+
+/// The leader `a` hears nothing (everything sent to it is lost) while `b` still hears its
+/// statuses and is answered by the proxy `p`, so `b` never finds itself on a losing side. To
+/// `a`, `b` is unreachable: one against one, `a` would win the tie (the lowest address) and show
+/// `b` down while `b` runs on (the gossip world found it). From inside `a`, "nothing reaches me"
+/// and "the other crashed" look the same: a node that hears nothing never wins a tie, it downs
+/// itself.
+#[test]
+fn a_member_that_hears_nothing_loses_a_tie_and_downs_itself() {
+    let mut net = Net::new();
+    net.start_with("a", 1, &[], with_resolver());
+    net.start_with("b", 2, &["a"], with_resolver());
+    let mut proxy = id("p", 3);
+    proxy.roles = vec![shardline_core::PROXY_ROLE.to_string()];
+    net.start_as(proxy, &["a"], with_resolver());
+    net.run(5_000);
+    assert_eq!(net.view("b").leader.map(|(l, _)| l), Some(NodeId::new("a", 1)));
+    cut_in(&mut net, "a", &["b", "p"]);
+    let b = NodeId::new("b", 2);
+    while net.now < 40_000 {
+        let t = net.now + 100;
+        net.run(t);
+        let shown_down = net.view("a").view.get(&b).is_some_and(|m| m.status == MemberStatus::Down);
+        let stopped = net.logged("b", &GossipEvent::DeclaredDown);
+        assert!(!shown_down || stopped, "t={}: b is down in a's view while it runs: {:?}", net.now, net.events);
+    }
+    let downed_b = net
+        .events
+        .iter()
+        .any(|(n, e)| n == "a:7000" && matches!(e, GossipEvent::DownedUnreachable { nodes } if nodes.contains(&b)));
+    assert!(!downed_b, "a won the tie from silence: {:?}", net.events);
+    assert!(net.logged("a", &GossipEvent::DeclaredDown), "a downed itself: {:?}", net.events);
 }

@@ -217,3 +217,70 @@ fn an_uncertain_create_whose_key_is_gone_starts_a_new_incarnation() {
     assert!(drain(&mut e).0.contains(&LeaseCommand::RevokeHosting));
     assert!(e.is_fenced());
 }
+
+/// A claim of the leader key whose answer never came may have taken: the key was created after
+/// the claim was sent, so a read that finds this node's record with the claim's term lets it
+/// lead, counted from the claim's send time. Letting such a key expire every time left a cluster
+/// without a leader for good when its store answered slower than the election's steps allow.
+#[test]
+fn a_claim_whose_answer_was_lost_leads_from_its_send_time_once_read_back() {
+    let mut e = engine(0);
+    let (id, _) = joined(&mut e, 5);
+    e.handle_answer(6, id, StoreAnswer::Entry(None));
+    let (id, _) = drain(&mut e).1.unwrap();
+    e.handle_answer(7, id, StoreAnswer::Entry(None));
+    let (id, _) = drain(&mut e).1.unwrap();
+    e.handle_answer(8, id, StoreAnswer::Written(Some(34)));
+    let (claim, op) = drain(&mut e).1.unwrap();
+    assert!(matches!(op, StoreOp::CreateEphemeral { ref key, .. } if key == "c/leader"), "{op:?}");
+    // No answer: the claim is abandoned at the next renewal, which goes through.
+    let now = e.poll_timeout().unwrap();
+    e.handle_timeout(now);
+    let (id, op) = drain(&mut e).1.unwrap();
+    assert!(matches!(op, StoreOp::Refresh { ref key, .. } if key == "c/members/a"), "{op:?}");
+    e.handle_answer(now, id, StoreAnswer::Written(Some(36)));
+    // The claim's answer, too late: ignored.
+    e.handle_answer(now, claim, StoreAnswer::Written(Some(35)));
+    let (id, op) = drain(&mut e).1.unwrap();
+    assert!(matches!(op, StoreOp::Get { ref key, .. } if key == "c/leader"), "{op:?}");
+    let me = NodeId::new("a", 1);
+    let mine = LeaderRecord { node: me.clone(), term: 1 };
+    e.handle_answer(now, id, StoreAnswer::Entry(Some(entry("c/leader", StoreValue::Leader(mine.clone()), 35))));
+    let (cmds, _) = drain(&mut e);
+    assert!(cmds.contains(&LeaseCommand::Log(LeaseEvent::Leads { term: 1 })), "{cmds:?}");
+    assert_eq!(e.view(now).leader, Some((me, 1)));
+    // Led from the claim's send time (8): renewed by its revision, given up unless renewed by then.
+    assert!(e.poll_timeout().is_some_and(|t| t <= 8 + TTL - MARGIN));
+    // The next round refreshes it by the revision read.
+    let mut now = now;
+    let op = loop {
+        match drain(&mut e).1 {
+            Some((id, StoreOp::Refresh { key, revision, .. })) if key == "c/members/a" => {
+                e.handle_answer(now, id, StoreAnswer::Written(Some(revision + 1)))
+            }
+            Some((_, op)) => break op,
+            None => {
+                now = e.poll_timeout().unwrap();
+                e.handle_timeout(now);
+            }
+        }
+    };
+    assert_eq!(
+        op,
+        StoreOp::Refresh { key: "c/leader".into(), value: StoreValue::Leader(mine), revision: 35, ttl_ms: TTL }
+    );
+}
+
+/// A key of this node with another term (an older claim of this incarnation) is still let
+/// expire: its age is unknown.
+#[test]
+fn a_leader_key_of_this_node_with_an_unknown_age_is_let_expire() {
+    let mut e = engine(0);
+    let (id, _) = joined(&mut e, 5);
+    let me = NodeId::new("a", 1);
+    let old = LeaderRecord { node: me, term: 3 };
+    e.handle_answer(6, id, StoreAnswer::Entry(Some(entry("c/leader", StoreValue::Leader(old), 20))));
+    let (cmds, _) = drain(&mut e);
+    assert!(!cmds.iter().any(|c| matches!(c, LeaseCommand::Log(LeaseEvent::Leads { .. }))), "{cmds:?}");
+    assert_eq!(e.view(6).leader, None);
+}

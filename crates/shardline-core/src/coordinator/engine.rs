@@ -501,8 +501,17 @@ impl CoordinatorEngine {
             return;
         }
         if self.rebalance_at.is_some_and(|at| at <= now) {
+            // What this input changed goes out before the plan's first `BeginHandOff`: a home
+            // queued earlier (a recovery's confirmations, an abandoned hand-off's current home)
+            // must reach the regions before a new hand-off of its shard pauses them.
+            self.flush_changes();
             self.plan_and_apply(now);
         }
+        self.flush_changes();
+    }
+
+    /// Persists the changed entries, then announces the queued homes.
+    fn flush_changes(&mut self) {
         if !self.changed.is_empty() {
             let changes = std::mem::take(&mut self.changed)
                 .into_iter()
@@ -510,6 +519,12 @@ impl CoordinatorEngine {
                 .collect();
             self.commands.push_back(CoordinatorCommand::PersistShardMap { version: self.map.version(), changes });
         }
+        // Never the home of a shard being handed off: a region takes any home as the end of the
+        // hand-off's pause (welcomes and answers leave such shards out for that reason), and
+        // would route towards the owner that is stopping again, after it acknowledged. The
+        // hand-off announces the next home when it ends.
+        let hand_offs = &self.hand_offs;
+        self.announce.retain(|(shard, _)| !hand_offs.contains_key(shard));
         if !self.announce.is_empty() {
             let homes = std::mem::take(&mut self.announce);
             self.commands.push_back(CoordinatorCommand::AnnounceShardHomes { to: self.live_regions(), homes });

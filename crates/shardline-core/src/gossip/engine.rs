@@ -41,11 +41,21 @@ pub struct GossipConfig {
     pub announce_every_ms: u64,
     /// How often this node repeats its status, so that members who joined since learn it.
     pub status_every_ms: u64,
-    /// Terms start above this (a cluster restarted on a journal whose fences reached it).
+    /// Terms start above this (a cluster restarted on a journal whose fences reached it). Above
+    /// zero, a cluster ran before: the first seed then starts one as a node that rejoins does
+    /// (see [`rejoin`](Self::rejoin)).
     pub term_floor: Term,
     /// How long the first seed tries the other seeds before it starts a cluster alone (a
     /// restarted first seed must rejoin, not start a second cluster).
     pub bootstrap_grace_ms: u64,
+    /// This node comes back as a new incarnation after being declared down (or restarts: a
+    /// `term_floor` above zero says the same). As the first seed it starts no cluster while it
+    /// reaches nobody: the cluster that downed it (or that it lost a partition to) may be just
+    /// out of reach, through a one-way cut or a partition that has not healed, and it would lead
+    /// a second one, which the first has downed. Once it reaches members, has heard every one's
+    /// status, and none of them is part of a formed cluster, every member has restarted (each side may have downed itself),
+    /// and it forms one again after its grace.
+    pub rejoin: bool,
     /// How a partition is resolved. None: it is not — each side declares the other down once
     /// suspicion runs out, and both go on. `LeaseMajority` needs a store and is refused here.
     pub split_brain: Option<SplitBrainPolicy>,
@@ -104,6 +114,7 @@ impl Default for GossipConfig {
             status_every_ms: 1_000,
             term_floor: 0,
             bootstrap_grace_ms: 1_500,
+            rejoin: false,
             split_brain: None,
             stable_after_ms: 5_000,
             down_margin_ms: 5_000,
@@ -207,8 +218,16 @@ pub struct GossipEngine {
     tag: u32,
     /// The largest term heard of (in any status, or taken here).
     max_term: Term,
+    /// When `max_term` last grew.
+    max_term_at: u64,
+    /// The largest term a status said its member leads in, and that member: who led `max_term`,
+    /// when they are equal.
+    max_leader: Option<(Term, NodeId)>,
     /// When this node may start a cluster alone (None: it must join one).
     bootstrap_at: Option<u64>,
+    /// A first seed that rejoins ([`GossipConfig::rejoin`]): it starts a cluster only once it
+    /// reaches members and none of them is part of a formed one.
+    rejoining_seed: bool,
     /// Part of a formed cluster: it started one, or heard of a leader's term or of a member that
     /// is.
     formed: bool,
@@ -227,11 +246,16 @@ pub struct GossipEngine {
     now: u64,
     /// When data last came from any member.
     heard_at: u64,
+    /// When a member last answered something this node sent (an ack of its probe, direct or
+    /// forwarded, a feed for its announce): data that arrives shows that others reach this
+    /// node, only answers show that this node reaches them.
+    answered_at: u64,
     /// Each member's newest status version and when it arrived: a member whose statuses still
     /// come in is connected to this node's side, through others if not directly.
     status_seen: BTreeMap<NodeId, (u64, u64)>,
-    /// When this node first knew of each member (itself included): the resolver counts a
-    /// member on its own side only once it has been known for a window.
+    /// When this node first knew of each member, and when it joined (its own entry, from the
+    /// first member it reached): the resolver counts a member on its own side only once it has
+    /// been known for a window.
     first_seen: BTreeMap<NodeId, u64>,
 }
 
@@ -247,7 +271,6 @@ impl GossipEngine {
     /// identity names no node or the settings are out of range.
     pub fn new(config: GossipConfig, me: GossipId, seeds: &[String], now: u64, seed: u64) -> Option<Self> {
         let node = me.node.clone()?;
-        let first_seen = BTreeMap::from([(node.clone(), now)]);
         let ms = Duration::from_millis;
         let mut fc = foca::Config::simple();
         fc.probe_period = ms(config.probe_period_ms);
@@ -284,10 +307,13 @@ impl GossipEngine {
             StatusBroadcasts(statuses.clone()),
         );
         // Only the first seed may start a cluster, after trying the others for a moment; with no
-        // other seed it starts at once, so that a single node works without waiting.
+        // other seed it starts at once, so that a single node works without waiting. A first seed
+        // that rejoins (see `GossipConfig::rejoin`) starts one only as `lead` allows.
         let others = seeds.iter().filter(|a| **a != me.addr).count();
-        let bootstrap_at = (seeds.is_empty() || seeds.first() == Some(&me.addr))
-            .then(|| now + if others == 0 { 0 } else { config.bootstrap_grace_ms });
+        let first = seeds.is_empty() || seeds.first() == Some(&me.addr);
+        let rejoining_seed = first && (config.rejoin || config.term_floor > 0) && others > 0;
+        let bootstrap_at =
+            (first && !rejoining_seed).then(|| now + if others == 0 { 0 } else { config.bootstrap_grace_ms });
         let seeds: Vec<GossipId> = seeds.iter().filter(|a| **a != me.addr).map(GossipId::seed).collect();
         let mut e = GossipEngine {
             config,
@@ -301,7 +327,10 @@ impl GossipEngine {
             term: 0,
             tag: term_tag(seed),
             max_term: 0,
+            max_term_at: now,
+            max_leader: None,
             bootstrap_at,
+            rejoining_seed,
             formed: false,
             seeds,
             timers: BTreeMap::new(),
@@ -315,8 +344,9 @@ impl GossipEngine {
             resolver,
             now,
             heard_at: now,
+            answered_at: now,
             status_seen: BTreeMap::new(),
-            first_seen,
+            first_seen: BTreeMap::new(),
         };
         // Seeds are known as down placeholders: foca announces to down members periodically,
         // which is how this node joins, and how split sides find each other again.
@@ -350,8 +380,14 @@ impl GossipEngine {
 
     /// Data from a peer (a frame of the gossip protocol).
     pub fn handle_data(&mut self, now: u64, data: &[u8]) {
+        let answer = answers(&self.me, data);
         match self.foca.handle_data(data, &mut self.runtime) {
-            Ok(()) => self.heard_at = self.heard_at.max(now),
+            Ok(()) => {
+                self.heard_at = self.heard_at.max(now);
+                if answer {
+                    self.answered_at = self.answered_at.max(now);
+                }
+            }
             Err(error) => self.log(GossipEvent::BadData { error: error.to_string() }),
         }
         self.after(now);
@@ -478,7 +514,12 @@ impl GossipEngine {
             OwnedNotification::MemberDown(id) => self.declare_down(now, id),
             // A newer incarnation at the address: the older one is gone.
             OwnedNotification::Rename(old, new) if old.node != new.node => self.declare_down(now, old),
-            OwnedNotification::Active => self.log(GossipEvent::Joined),
+            // Known to the others from now on: until then this node does not count on its own
+            // side either (a restart that reached one side of a partition only).
+            OwnedNotification::Active => {
+                self.first_seen.insert(self.node.clone(), now);
+                self.log(GossipEvent::Joined);
+            }
             // Leaving the cluster makes foca defunct too: that is no declaration.
             OwnedNotification::Defunct if !self.declared_down && self.status != MemberStatus::Removed => {
                 self.declared_down = true;
@@ -520,6 +561,24 @@ impl GossipEngine {
         let statuses = self.statuses.lock().unwrap_or_else(|e| e.into_inner());
         statuses.get(node).is_some_and(|s| s.status == MemberStatus::Removed)
     }
+}
+
+/// Whether `data` answers something this node sent: an ack of its probe (direct, forwarded, or
+/// of a ping it relayed), a feed for its announce, or word that it is held down.
+fn answers(me: &GossipId, mut data: &[u8]) -> bool {
+    use foca::{Codec, Message};
+    let header: Result<foca::Header<GossipId>, _> = PostcardCodec.decode_header(&mut data);
+    header.is_ok_and(|h| {
+        h.dst.addr == me.addr
+            && matches!(
+                h.message,
+                Message::Ack(_)
+                    | Message::ForwardedAck { .. }
+                    | Message::IndirectAck { .. }
+                    | Message::Feed
+                    | Message::TurnUndead
+            )
+    })
 }
 
 /// Whether a member is connected to this node's side: SWIM holds it alive, or (with the resolver)

@@ -76,7 +76,9 @@ impl Resolver {
     /// decision once the unreachable set has been the same for `window_ms`, None before (or with
     /// nobody unreachable). Members in `recent` (known too briefly to be known on both sides)
     /// do not count on this side. A set still changing `unstable_ms` after the window since
-    /// anyone first became unreachable ends in [`Resolution::Unstable`].
+    /// anyone first became unreachable ends in [`Resolution::Unstable`]. `cut_off`: this node
+    /// hears nothing from any member: it then loses a tie (see `tie_lost_when_cut_off`).
+    #[allow(clippy::too_many_arguments)]
     pub fn observe(
         &mut self,
         now: u64,
@@ -85,6 +87,7 @@ impl Resolver {
         reachable: &[Member],
         unreachable: &[Member],
         recent: &BTreeSet<NodeId>,
+        cut_off: bool,
     ) -> Option<Resolution> {
         self.window_ms = window_ms;
         self.unstable_ms = unstable_ms;
@@ -123,7 +126,23 @@ impl Resolver {
         if r.is_empty() {
             return Some(Resolution::Decided(SplitBrainDecision::DownReachable));
         }
+        if cut_off && self.tie_lost_when_cut_off(&r, &u) {
+            return Some(Resolution::Decided(SplitBrainDecision::DownReachable));
+        }
         Some(Resolution::Decided(self.policy.decide(&r, &u, None)))
+    }
+
+    /// A node that hears nothing from any member never wins a tie of `KeepMajority`: it downs
+    /// itself. Silence proves nothing: from inside, "everything sent to me is lost" (a one-way
+    /// cut) looks the same as "the others crashed", and with its inbound cut the other side
+    /// still hears it, never finds itself on a losing side and keeps running, downed by a
+    /// leader it outranks by the tie-break alone (the simulation found a leader that downed the
+    /// member it could not hear, which then led with another). Cut off, a node is alone against
+    /// everyone, so this only matters with two hosts. The cost: a two-member cluster whose other
+    /// member crashed (or that is partitioned both ways) goes down entirely, since the survivor
+    /// hears nothing.
+    fn tie_lost_when_cut_off(&self, reachable: &[Member], unreachable: &[Member]) -> bool {
+        matches!(self.policy, SplitBrainPolicy::KeepMajority) && reachable.len() == unreachable.len()
     }
 
     fn reset(&mut self) {

@@ -202,6 +202,13 @@ pub struct LeaseEngine {
     pub(super) failures: u32,
     pub(super) leader: Option<(LeaderRecord, Revision)>,
     pub(super) leader_renewed: u64,
+    /// Whether the leader key was read since the last failed read of it: until then `leader`
+    /// says nothing about who leads (a new incarnation must know before it joins).
+    pub(super) leader_read: bool,
+    /// A claim of the leader key whose outcome is unknown (no answer in time, or a failure):
+    /// its term and when it was sent. A read that finds this node's record with that term finds
+    /// this claim's key, which lives at least until then + TTL.
+    pub(super) claim_unknown: Option<(u64, u64)>,
     pub(super) known: BTreeMap<String, Known>,
     pub(super) fenced: bool,
     pub(super) exited: bool,
@@ -233,6 +240,8 @@ impl LeaseEngine {
             failures: 0,
             leader: None,
             leader_renewed: now,
+            leader_read: false,
+            claim_unknown: None,
             known: BTreeMap::new(),
             fenced: false,
             exited: false,

@@ -27,7 +27,9 @@
 //! Deadlines bound every operation: a member-key write still unanswered at the fencing deadline
 //! (last renewal's start + TTL − safety margin) fences the node, a leader-key renewal unanswered at
 //! the leadership deadline gives leadership up, and a read unanswered when the next renewal is due
-//! is abandoned. A late answer is ignored.
+//! (before the node holds a key, after a sixth of the TTL) is abandoned. A late answer is ignored,
+//! but a claim of the leader key whose answer never came is found by the next read of the key:
+//! it leads from the claim's start, as if the answer had come.
 
 mod command;
 mod engine;

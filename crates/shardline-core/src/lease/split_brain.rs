@@ -18,7 +18,9 @@
 //! A member that cannot reach the store cannot win, read the flag or renew: its lease fences it.
 //! A member that loses the race and is not named is on the winner's side. A new incarnation whose
 //! peers hold keys joins only once the leader (without one, any member) answers, so a member
-//! still cut off does not come back as an unreachable member, be downed again, and so on.
+//! still cut off does not come back as an unreachable member, be downed again, and so on. It reads
+//! who leads first (a leader it has not read is not "no leader"), and members a winner names do
+//! not count: they are leaving, on the other side of the cut from the winner.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -281,6 +283,15 @@ impl LeaseEngine {
             }
             // The flag stays in this node's record; the key is taken again by whoever races next.
             (Step::SplitBrainRefresh { .. }, StoreAnswer::Written(None)) => p.race = Race::Idle,
+            // The store failed: try again a keep-alive interval later, not at once. A store that
+            // fails at once (a refused connection) was otherwise asked again in a loop that never
+            // waited, for as long as it stayed down. (A claim that took after all is found by the
+            // next try, which the key refuses, and the read after it.)
+            (Step::SplitBrainClaim { .. } | Step::SplitBrainRead, StoreAnswer::Failed(_)) => {
+                if let Race::Due { at } = &mut p.race {
+                    *at = now + p.config.every_ms;
+                }
+            }
             _ => {}
         }
     }
@@ -338,9 +349,16 @@ impl LeaseEngine {
         }
         let recent = p.config.unreachable_after_ms;
         let every = p.config.every_ms;
-        let mut peers: Vec<NodeId> = self.live_peers().map(|(n, _)| n.clone()).collect();
+        // Members a winner names are leaving: hearing from one says nothing about reaching the
+        // side that stays (it is on the other side, and so is this node, most likely: the
+        // previous incarnation was named with it).
+        let named: BTreeSet<&NodeId> =
+            self.known.values().filter(|k| k.missing_since.is_none()).flat_map(|k| k.record.downed.iter()).collect();
+        let mut peers: Vec<NodeId> = self.live_peers().map(|(n, _)| n.clone()).filter(|n| !named.contains(n)).collect();
         // The leader's side is the cluster: a member that also lost a split-brain race may still
-        // hold its key on this side of the cut.
+        // hold its key on this side of the cut. So who leads must be known first ("no leader"
+        // included): a leader read that failed or was never answered is no answer.
+        let leader_known = self.leader_read;
         if let Some((l, _)) = self.leader.as_ref().filter(|(l, _)| peers.contains(&l.node)) {
             peers = vec![l.node.clone()];
         }
@@ -348,7 +366,7 @@ impl LeaseEngine {
         let heard_one = peers
             .iter()
             .any(|n| p.contacts.get(n).and_then(|c| c.heard).is_some_and(|h| now.saturating_sub(h) < recent));
-        if peers.is_empty() || heard_one {
+        if peers.is_empty() || (heard_one && leader_known) {
             return None;
         }
         if !p.waiting_logged {

@@ -70,9 +70,19 @@ impl LeaseEngine {
     }
 
     /// How long any operation may take: not past the next renewal either, so that an answer
-    /// that never comes costs one round, not the lease.
+    /// that never comes costs one round, not the lease. A node that holds no key yet has no
+    /// lease to protect, and its next "renewal" is its next try to join, which may be due at
+    /// once: its reads get a sixth of the TTL, as a write of the member key does (bounded by
+    /// that try, they were abandoned before any store could answer, and a new incarnation never
+    /// learnt who leads before it joined).
     fn step_deadline(&self, now: u64) -> u64 {
-        let until = if self.fenced { now + self.config.ttl_ms } else { self.renewal_deadline(now).min(self.renew_at) };
+        let until = if self.fenced {
+            now + self.config.ttl_ms
+        } else if self.my_rev.is_none() {
+            now + (self.config.ttl_ms / 6).max(1)
+        } else {
+            self.renewal_deadline(now).min(self.renew_at)
+        };
         until.max(now + 1)
     }
 
@@ -208,7 +218,7 @@ impl LeaseEngine {
                 _ => {}
             },
             (Step::Renew, answer) => self.renewed(now, sent, answer),
-            (Step::Elect, answer) => self.elect_answered(sent, answer),
+            (Step::Elect, answer) => self.elect_answered(now, sent, answer),
             (Step::ElectTerm, StoreAnswer::Entry(current)) => {
                 if let Some((term, revision)) = self.next_term(current) {
                     self.plan.push_front(Step::ElectCountTerm { term, revision });
@@ -222,6 +232,8 @@ impl LeaseEngine {
                 self.leader = Some((LeaderRecord { node: self.me.node.clone(), term }, rev));
                 self.leader_renewed = sent;
             }
+            // The key may hold this claim: the next read of it finds out.
+            (Step::ElectClaim { term }, StoreAnswer::Failed(_)) => self.claim_unknown = Some((term, sent)),
             (Step::Observe, StoreAnswer::Entries(entries)) => self.observed(now, entries),
             (
                 step @ (Step::SplitBrainClaim { .. }
@@ -247,6 +259,7 @@ impl LeaseEngine {
     pub(super) fn abandoned(&mut self, now: u64, flight: InFlight) {
         match flight.step {
             Step::Renew => self.renewed(now, flight.sent, StoreAnswer::Failed("no answer in time".into())),
+            Step::ElectClaim { term } => self.claim_unknown = Some((term, flight.sent)),
             Step::ExitMember | Step::ExitLeader | Step::ExitSlot => return,
             _ => {}
         }
@@ -321,8 +334,9 @@ impl LeaseEngine {
         }
     }
 
-    fn elect_answered(&mut self, sent: u64, answer: StoreAnswer) {
+    fn elect_answered(&mut self, now: u64, sent: u64, answer: StoreAnswer) {
         let leads = self.leader.as_ref().is_some_and(|(l, _)| l.node == self.me.node);
+        let claim = self.claim_unknown.take();
         match answer {
             StoreAnswer::Written(Some(rev)) if leads => {
                 if let Some((_, r)) = self.leader.as_mut() {
@@ -335,9 +349,25 @@ impl LeaseEngine {
                 self.leader = None;
             }
             StoreAnswer::Entry(Some(StoredEntry { key, value, revision })) => {
+                self.leader_read = true;
                 self.leader = match value {
-                    // A claim of this node whose answer was lost: its age is unknown, so it cannot
-                    // be renewed in time for sure. Let it expire; someone is elected then.
+                    // The claim of this term whose outcome was unknown took: the key was created
+                    // after the claim was sent, so it lives at least until then + TTL, as if
+                    // its answer had come. Lead, and renew it from the next round on.
+                    Ok(StoreValue::Leader(l))
+                        if l.node == self.me.node
+                            && claim.is_some_and(|(term, claimed)| {
+                                term == l.term
+                                    && self.eligible()
+                                    && claimed + self.config.ttl_ms - self.config.safety_margin_ms > now
+                            }) =>
+                    {
+                        self.leader_renewed = claim.map_or(sent, |(_, claimed)| claimed);
+                        self.log(LeaseEvent::Leads { term: l.term });
+                        Some((l, revision))
+                    }
+                    // Any other key of this node (a claim whose term or age is unknown) cannot be
+                    // renewed in time for sure. Let it expire; someone is elected then.
                     Ok(StoreValue::Leader(l)) if l.node == self.me.node => None,
                     Ok(StoreValue::Leader(l)) => Some((l, revision)),
                     Ok(other) => {
@@ -351,12 +381,18 @@ impl LeaseEngine {
                 };
             }
             StoreAnswer::Entry(None) => {
+                self.leader_read = true;
                 self.leader = None;
                 if self.eligible() {
                     self.plan.push_front(Step::ElectTerm);
                 }
             }
-            StoreAnswer::Failed(_) if !leads => self.leader = None,
+            StoreAnswer::Failed(_) if !leads => {
+                self.leader = None;
+                self.leader_read = false;
+                // Still unknown: the next read may find it.
+                self.claim_unknown = claim;
+            }
             _ => {}
         }
     }

@@ -9,24 +9,23 @@
 //! nothing buffered) and the delivery half of I4 (every message not lost to a fault its sender
 //! can see, and not refused with an error, was processed).
 //!
-//! `SHARDLINE_SIM_SCHEDULES=N` sets the number of schedules (default 300);
-//! `SHARDLINE_SIM_SEED=S` replays one schedule with a trace.
+//! Every run covers 10,000 schedules or more from a fresh base seed; `sim_replay` replays one
+//! with its trace (see `harness.rs` for the variables).
 //!
 //! The network model is TCP's: messages between two nodes arrive in order or not at all; a
 //! broken connection drops what was in flight and both ends learn of it; a message for a node
 //! that cannot be reached is handed back to its sender unsent.
 
+mod harness;
 mod ledger;
-mod parallel;
 mod queue;
 mod rng;
 mod world;
 
 use world::{Params, World};
 
-fn schedules() -> u64 {
-    std::env::var("SHARDLINE_SIM_SCHEDULES").ok().and_then(|s| s.parse().ok()).unwrap_or(300)
-}
+/// This world, for the commands the harness prints.
+const WORLD: harness::World = harness::World { bin: "sim", schedules: "sim_schedules", replay: "sim_replay" };
 
 /// Violations, trace hash, messages sent, steps, coordinators deposed by a refused write, and
 /// members marked unreachable.
@@ -41,46 +40,52 @@ fn run_one(p: Params, verbose: bool) -> (Vec<String>, u64, usize, u64, u64, u64)
 /// What a batch of schedules found.
 struct Batch {
     failures: Vec<(u64, String)>,
-    messages: usize,
     deposed: u64,
     unreachable: u64,
 }
 
+/// Adds one schedule's counters (messages, deposed, unreachable marks) to the totals.
+fn add(t: &mut (usize, u64, u64), c: (usize, u64, u64)) {
+    t.0 += c.0;
+    t.1 += c.1;
+    t.2 += c.2;
+}
+
+/// One schedule of `seed`, its parameters changed by `tweak`: violations and counters.
+fn schedule(seed: u64, tweak: fn(&mut Params)) -> (Vec<String>, (usize, u64, u64)) {
+    let mut p = Params::random(seed);
+    tweak(&mut p);
+    let (v, _, sent, _, d, u) = run_one(p, false);
+    (v, (sent, d, u))
+}
+
 /// Runs `count` schedules from `first_seed` on two threads.
 fn run_many(first_seed: u64, count: u64, tweak: fn(&mut Params)) -> Batch {
-    let run = |seed| {
-        let mut p = Params::random(seed);
-        tweak(&mut p);
-        let (v, _, sent, _, d, u) = run_one(p, false);
-        (v, (sent, d, u))
-    };
-    let add = |t: &mut (usize, u64, u64), c: (usize, u64, u64)| {
-        t.0 += c.0;
-        t.1 += c.1;
-        t.2 += c.2;
-    };
-    let (failures, (messages, deposed, unreachable)) = parallel::run_seeds(first_seed, count, run, add);
-    Batch { failures, messages, deposed, unreachable }
+    let (failures, (_, deposed, unreachable)) =
+        harness::run_seeds(first_seed, count, |seed| schedule(seed, tweak), add);
+    Batch { failures, deposed, unreachable }
 }
 
 #[test]
 fn sim_schedules_keep_invariants() {
-    if let Some(seed) = std::env::var("SHARDLINE_SIM_SEED").ok().and_then(|s| s.parse().ok()) {
-        let p = Params::random(seed);
-        eprintln!("replaying seed {seed}: {p:?}");
-        let (v, ..) = run_one(p, true);
-        assert!(v.is_empty(), "seed {seed}: {v:?}");
-        return;
-    }
-    let n = schedules();
-    let Batch { failures, messages, deposed, unreachable } = run_many(1, n, |_| {});
+    let run = harness::Run::from_env(WORLD);
+    let (failures, (messages, deposed, unreachable), _) = run.run(|seed| schedule(seed, |_| {}), add);
+    let n = run.count;
     println!("simulated {n} schedules, {} violations ({messages} messages)", failures.len());
     println!("stale coordinators deposed by a refused map write: {deposed}");
     println!("members marked unreachable: {unreachable}");
-    for (seed, v) in failures.iter().take(10) {
-        println!("  seed {seed}: {v}  (replay: SHARDLINE_SIM_SEED={seed})");
-    }
+    run.report(&failures);
     assert!(failures.is_empty(), "{} of {n} schedules violated an invariant", failures.len());
+}
+
+/// Replays the schedule of `SHARDLINE_SIM_SEED` with its trace; does nothing without it.
+#[test]
+fn sim_replay() {
+    let Some(seed) = harness::replay_seed() else { return };
+    let p = Params::random(seed);
+    eprintln!("replaying seed {seed}: {p:?}");
+    let (v, ..) = run_one(p, true);
+    assert!(v.is_empty(), "seed {seed}: {v:?}");
 }
 
 /// The checker can fail: a coordinator that moves a shard without waiting for `ShardStopped`

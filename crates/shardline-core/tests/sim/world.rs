@@ -358,10 +358,18 @@ impl World {
 
     fn send(&mut self, from: &NodeId, to: &NodeId, wire: Wire) {
         if !self.is_alive(to) || !self.link_ok(&from.name, &to.name) {
-            // No connection: the transport says so at once; region messages come back.
+            // No connection: the transport says so at once; region messages come back, in the
+            // order they were sent, as a transport hands frames back. Frames still in flight to
+            // a node that exited come back at their delivery time + 1 (see `step`), so a later
+            // one must not overtake them. (A broken link drops what was in flight instead.)
             match wire {
                 Wire::Region(msg) => {
-                    let at = self.now + 1;
+                    let mut at = self.now + 1;
+                    if !self.is_alive(to) {
+                        let key = (from.clone(), to.clone());
+                        at = at.max(self.last_at.get(&key).map_or(0, |t| t + 2));
+                        self.last_at.insert(key, at - 1);
+                    }
                     self.schedule(at, Ev::Undeliverable { node: from.clone(), dest: to.clone(), msg });
                 }
                 Wire::ToCoord(_) | Wire::ToRegion(_) => {}

@@ -10,13 +10,13 @@
 //! the faults it checks G2: every live member sees every other one `Up` and reachable, and all
 //! name the same leader.
 //!
-//! `SHARDLINE_SIM_SCHEDULES=N` sets the number of schedules (default 300);
-//! `SHARDLINE_SIM_SEED=S` replays one schedule with a trace.
+//! Every run covers 10,000 schedules or more from a fresh base seed; `sim_gossip_replay`
+//! replays one with its trace (see `../sim/harness.rs` for the variables).
 //!
 //! [`GossipEngine`]: shardline_core::gossip::GossipEngine
 
-#[path = "../sim/parallel.rs"]
-mod parallel;
+#[path = "../sim/harness.rs"]
+mod harness;
 #[path = "../sim/queue.rs"]
 mod queue;
 #[allow(dead_code)] // shared with the sharding simulation, which uses all of it
@@ -28,9 +28,9 @@ use std::hash::Hasher;
 
 use world::{Params, World};
 
-fn schedules() -> u64 {
-    std::env::var("SHARDLINE_SIM_SCHEDULES").ok().and_then(|s| s.parse().ok()).unwrap_or(300)
-}
+/// This world, for the commands the harness prints.
+const WORLD: harness::World =
+    harness::World { bin: "sim_gossip", schedules: "sim_gossip_schedules", replay: "sim_gossip_replay" };
 
 /// Violations, trace hash, steps, nodes declared down.
 fn run_one(p: Params, verbose: bool) -> (Vec<String>, u64, u64, u64) {
@@ -40,32 +40,36 @@ fn run_one(p: Params, verbose: bool) -> (Vec<String>, u64, u64, u64) {
     (v, w.trace.finish(), w.steps, w.downed)
 }
 
+/// One schedule of `seed`, its parameters changed by `tweak`: violations and nodes declared down.
+fn schedule(seed: u64, tweak: fn(&mut Params)) -> (Vec<String>, u64) {
+    let mut p = Params::random(seed);
+    tweak(&mut p);
+    let (v, _, _, downed) = run_one(p, false);
+    (v, downed)
+}
+
 fn run_many(first_seed: u64, count: u64, tweak: fn(&mut Params)) -> (Vec<(u64, String)>, u64) {
-    let run = |seed| {
-        let mut p = Params::random(seed);
-        tweak(&mut p);
-        let (v, _, _, downed) = run_one(p, false);
-        (v, downed)
-    };
-    parallel::run_seeds(first_seed, count, run, |t: &mut u64, c| *t += c)
+    harness::run_seeds(first_seed, count, |seed| schedule(seed, tweak), |t: &mut u64, c| *t += c)
 }
 
 #[test]
 fn sim_gossip_schedules_keep_invariants() {
-    if let Some(seed) = std::env::var("SHARDLINE_SIM_SEED").ok().and_then(|s| s.parse().ok()) {
-        let p = Params::random(seed);
-        eprintln!("replaying seed {seed}: {p:?}");
-        let (v, ..) = run_one(p, true);
-        assert!(v.is_empty(), "seed {seed}: {v:?}");
-        return;
-    }
-    let n = schedules();
-    let (failures, downed) = run_many(1, n, |_| {});
+    let run = harness::Run::from_env(WORLD);
+    let (failures, downed, _) = run.run(|seed| schedule(seed, |_| {}), |t: &mut u64, c| *t += c);
+    let n = run.count;
     println!("simulated {n} gossip schedules, {} violations ({downed} nodes declared down)", failures.len());
-    for (seed, v) in failures.iter().take(10) {
-        println!("  seed {seed}: {v}  (replay: SHARDLINE_SIM_SEED={seed})");
-    }
+    run.report(&failures);
     assert!(failures.is_empty(), "{} of {n} gossip schedules violated an invariant", failures.len());
+}
+
+/// Replays the schedule of `SHARDLINE_SIM_SEED` with its trace; does nothing without it.
+#[test]
+fn sim_gossip_replay() {
+    let Some(seed) = harness::replay_seed() else { return };
+    let p = Params::random(seed);
+    eprintln!("replaying seed {seed}: {p:?}");
+    let (v, ..) = run_one(p, true);
+    assert!(v.is_empty(), "seed {seed}: {v:?}");
 }
 
 /// The checker can fail: engines that count a downed member as down at once take over the shards

@@ -54,13 +54,32 @@ impl Params {
 
 #[derive(Debug)]
 enum Ev {
-    Timer { slot: usize, inc: u64 },
-    Deliver { to: usize, data: Vec<u8> },
+    Timer {
+        slot: usize,
+        inc: u64,
+    },
+    Deliver {
+        to: usize,
+        data: Vec<u8>,
+    },
     Fault,
-    Unpause { slot: usize, inc: u64 },
-    Heal { partition: u64 },
-    HealLink { from: usize, to: usize },
-    Restart { slot: usize },
+    Unpause {
+        slot: usize,
+        inc: u64,
+    },
+    Heal {
+        partition: u64,
+    },
+    HealLink {
+        from: usize,
+        to: usize,
+    },
+    /// A new incarnation: after a crash or a leave (a new process), or after being declared down
+    /// (`rejoin`: the runtime knows, and only joins).
+    Restart {
+        slot: usize,
+        rejoin: bool,
+    },
 }
 
 struct SimNode {
@@ -72,9 +91,11 @@ struct SimNode {
     view: Option<GossipView>,
     declared_down: bool,
     timer_at: Option<u64>,
-    /// Paused at least once (a paused process acts on what it missed only when it wakes: gossip
-    /// alone cannot stop it in time, which is what leases are for).
-    was_paused: bool,
+    /// Until when G3 leaves it out after a pause: a paused process acts on what it missed only
+    /// when it wakes (gossip alone cannot stop it in time, which is what leases are for); once
+    /// awake it has its own down margin to find out, as long as a side that lost a partition has
+    /// to stop before the others take over.
+    exempt_until: u64,
 }
 
 pub struct World {
@@ -91,9 +112,12 @@ pub struct World {
     calm_at: u64,
     /// Until when a long partition lasts (no other starts meanwhile).
     long_until: u64,
-    /// Links that drop everything from the first slot to the second.
-    cut: BTreeSet<(usize, usize)>,
+    /// Links that drop everything from the first slot to the second, with until when.
+    cut: BTreeMap<(usize, usize), u64>,
     terms: BTreeMap<u64, NodeId>,
+    /// Members some leader's view has shown `Up` and reachable: its coordinator may have given
+    /// them shards.
+    hosts: BTreeSet<NodeId>,
     /// Partitions, one-way cuts and pauses: on with the resolver. Without one, each side of a
     /// partition downs the other and both go on, which is what the resolver is for.
     pub splits: bool,
@@ -120,8 +144,9 @@ impl World {
             partition: 0,
             calm_at: 0,
             long_until: 0,
-            cut: BTreeSet::new(),
+            cut: BTreeMap::new(),
             terms: BTreeMap::new(),
+            hosts: BTreeSet::new(),
             splits: p.resolver,
             violations: Vec::new(),
             trace: Default::default(),
@@ -131,7 +156,7 @@ impl World {
             p,
         };
         for slot in 0..w.p.nodes {
-            let n = w.fresh(slot);
+            let n = w.fresh(slot, false);
             w.nodes.push(n);
         }
         for slot in 0..w.p.nodes {
@@ -144,7 +169,7 @@ impl World {
         w
     }
 
-    fn fresh(&mut self, slot: usize) -> SimNode {
+    fn fresh(&mut self, slot: usize, rejoin: bool) -> SimNode {
         self.next_inc += 1;
         let id = GossipId {
             addr: addr(slot),
@@ -166,6 +191,7 @@ impl World {
             GossipConfig::default()
         };
         config.term_floor = term_floor;
+        config.rejoin = rejoin;
         config.status_every_ms = status_every_ms;
         // Every node knows the first two as seeds.
         let seeds: Vec<String> = (0..self.p.nodes.min(2)).map(addr).collect();
@@ -184,7 +210,7 @@ impl World {
             view: None,
             declared_down: false,
             timer_at: None,
-            was_paused: false,
+            exempt_until: 0,
         }
     }
 
@@ -213,7 +239,7 @@ impl World {
             match c {
                 GossipCommand::Send { to, data } => {
                     let Some(dest) = self.slot_of(&to.addr) else { continue };
-                    if self.side[slot] != self.side[dest] || self.cut.contains(&(slot, dest)) {
+                    if self.side[slot] != self.side[dest] || self.cut.contains_key(&(slot, dest)) {
                         continue;
                     }
                     if now < self.p.active_ms && self.rng.chance(self.p.loss) {
@@ -230,10 +256,25 @@ impl World {
                     self.schedule(at, Ev::Deliver { to: dest, data });
                 }
                 GossipCommand::Publish(view) => {
+                    self.log(|| {
+                        let ms: Vec<String> = view
+                            .view
+                            .members()
+                            .map(|m| {
+                                let r = if view.view.is_reachable(&m.node) { "" } else { "?" };
+                                format!("{}:{:?}{r}", m.node, m.status)
+                            })
+                            .collect();
+                        format!("n{slot} view: leader {:?} [{}]", view.leader, ms.join(" "))
+                    });
                     if let Some((l, term)) = &view.leader {
                         self.claim(*term, l.clone());
                         if Some(l) == self.nodes[slot].id.node.as_ref() {
-                            self.check_downed_side(&view);
+                            let up = view
+                                .view
+                                .members()
+                                .filter(|m| m.status == MemberStatus::Up && view.view.is_reachable(&m.node));
+                            self.hosts.extend(up.map(|m| m.node.clone()));
                         }
                     }
                     self.nodes[slot].view = Some(view);
@@ -250,7 +291,7 @@ impl World {
                             self.nodes[slot].declared_down = true;
                             self.downed += 1;
                             let at = now + self.rng.range(100, 500);
-                            self.schedule(at, Ev::Restart { slot });
+                            self.schedule(at, Ev::Restart { slot, rejoin: true });
                         }
                         _ => {}
                     }
@@ -268,19 +309,41 @@ impl World {
         }
     }
 
-    /// G3: when a leader shows a member down (its shards would be taken over), that member has
-    /// stopped: crashed, or declared itself down. Paused members are left out (see `was_paused`).
-    fn check_downed_side(&mut self, view: &GossipView) {
-        for m in view.view.members().filter(|m| m.status == MemberStatus::Down) {
-            let running = self
-                .nodes
-                .iter()
-                .any(|n| n.id.node.as_ref() == Some(&m.node) && n.alive && !n.declared_down && !n.was_paused);
-            if running {
-                self.violations
-                    .push(format!("t={} G3: {} is down in the leader's view but still up", self.now, m.node));
+    /// G3, after every step, with the split-brain resolver: when a leader shows a member down
+    /// (its shards would be taken over), that member has stopped: crashed, or declared itself
+    /// down. A member is left out only while paused and for its down margin after it wakes (see
+    /// `exempt_until`), and if no leader ever showed it `Up` and reachable (it never joined far
+    /// enough to be given a shard: a restart whose answers are cut, say, is downed by the others
+    /// before it hears of them). Without a resolver, gossip promises no such thing: a member is
+    /// down once suspicion runs out, and a live member whose suspicion never reached it (foca
+    /// spread it to crashed members only) runs on until it hears it was downed (the README's
+    /// table: "taken over when suspected").
+    fn check_downed(&mut self) {
+        if !self.p.resolver {
+            return;
+        }
+        let now = self.now;
+        let mut found = Vec::new();
+        for leader in self.nodes.iter().filter(|n| n.alive && !n.declared_down) {
+            let Some(view) = &leader.view else { continue };
+            if view.leader.as_ref().map(|(l, _)| l) != leader.id.node.as_ref() {
+                continue;
+            }
+            for m in view.view.members().filter(|m| m.status == MemberStatus::Down && self.hosts.contains(&m.node)) {
+                let running = self.nodes.iter().any(|n| {
+                    n.id.node.as_ref() == Some(&m.node)
+                        && n.alive
+                        && !n.declared_down
+                        && now >= n.paused_until
+                        && now >= n.exempt_until
+                });
+                if running {
+                    let l = leader.id.node.as_ref().map(ToString::to_string).unwrap_or_default();
+                    found.push(format!("t={now} G3: {} is down in the view of the leader {l} but still up", m.node));
+                }
             }
         }
+        self.violations.extend(found);
     }
 
     /// G1: one leader per term.
@@ -327,12 +390,15 @@ impl World {
                 self.after_input(to);
             }
             Ev::Unpause { slot, inc } => {
-                if !self.usable(slot, inc) {
+                // A second pause that ends later wakes it then.
+                if !self.usable(slot, inc) || now < self.nodes[slot].paused_until {
                     return;
                 }
                 for data in std::mem::take(&mut self.nodes[slot].deferred) {
                     self.nodes[slot].engine.handle_data(now, &data);
                 }
+                let margin = self.nodes[slot].engine.down_margin_ms();
+                self.nodes[slot].exempt_until = now + margin;
                 self.nodes[slot].engine.handle_timeout(now);
                 self.after_input(slot);
             }
@@ -343,10 +409,13 @@ impl World {
                 }
             }
             Ev::HealLink { from, to } => {
-                self.cut.remove(&(from, to));
+                if self.cut.get(&(from, to)).is_some_and(|until| *until <= now) {
+                    self.log(|| format!("heal n{from} → n{to}"));
+                    self.cut.remove(&(from, to));
+                }
             }
-            Ev::Restart { slot } => {
-                let n = self.fresh(slot);
+            Ev::Restart { slot, rejoin } => {
+                let n = self.fresh(slot, rejoin);
                 self.nodes[slot] = n;
                 self.after_input(slot);
             }
@@ -361,16 +430,12 @@ impl World {
         let inc = self.inc(slot);
         let kind = self.rng.range(0, 5);
         let kind = if !self.splits && (1..=3).contains(&kind) { 4 - (kind % 2) * 4 } else { kind };
-        // One-way cuts stay out of the resolver's schedules: a member whose own traffic is cut
-        // keeps hearing the others, so it never finds itself on the losing side, and the others,
-        // which down it, cannot tell it (a known gap; TCP connections make such links rare).
-        let kind = if self.splits && kind == 2 { 1 } else { kind };
         match kind {
             0 => {
                 self.log(|| format!("fault: crash n{slot}"));
                 self.nodes[slot].alive = false;
                 let at = now + self.rng.range(1_000, 8_000);
-                self.schedule(at, Ev::Restart { slot });
+                self.schedule(at, Ev::Restart { slot, rejoin: false });
             }
             // A long partition runs the whole race and keeps its shape: the resolver, as Akka's,
             // assumes the sides do not regroup faster than a member can notice (a member that
@@ -395,20 +460,34 @@ impl World {
                 self.calm_at = self.calm_at.max(until);
                 self.schedule(until, Ev::Heal { partition });
             }
+            // One-way cuts: one link, everything a member sends, or everything it receives; half
+            // of them short, half long enough for the resolver to decide.
             2 => {
-                let other = self.rng.range(0, n as u64) as usize;
-                if other != slot {
-                    self.cut.insert((slot, other));
-                    let until = now + self.rng.range(500, 8_000);
-                    self.log(|| format!("fault: n{slot} → n{other} cut until {until}"));
-                    self.schedule(until, Ev::HealLink { from: slot, to: other });
+                let until =
+                    now + if self.rng.chance(0.5) { self.rng.range(500, 8_000) } else { self.rng.range(8_000, 30_000) };
+                let links: Vec<(usize, usize)> = match self.rng.range(0, 3) {
+                    0 => {
+                        let other = self.rng.range(0, n as u64) as usize;
+                        vec![(slot, other)]
+                    }
+                    1 => (0..n).map(|o| (slot, o)).collect(),
+                    _ => (0..n).map(|o| (o, slot)).collect(),
+                };
+                let links: Vec<(usize, usize)> = links.into_iter().filter(|(a, b)| a != b).collect();
+                if !links.is_empty() {
+                    self.log(|| format!("fault: one-way cut {links:?} until {until}"));
+                    self.calm_at = self.calm_at.max(until);
+                }
+                for (from, to) in links {
+                    let at = self.cut.entry((from, to)).or_insert(until);
+                    *at = (*at).max(until);
+                    self.schedule(until, Ev::HealLink { from, to });
                 }
             }
             3 => {
                 let until = now + self.rng.range(100, 6_000);
                 self.log(|| format!("fault: n{slot} paused until {until}"));
-                self.nodes[slot].paused_until = until;
-                self.nodes[slot].was_paused = true;
+                self.nodes[slot].paused_until = self.nodes[slot].paused_until.max(until);
                 self.schedule(until, Ev::Unpause { slot, inc });
             }
             _ => {
@@ -416,7 +495,7 @@ impl World {
                 self.nodes[slot].engine.handle_leave(now);
                 self.after_input(slot);
                 let at = now + self.rng.range(200, 1_000);
-                self.schedule(at, Ev::Restart { slot });
+                self.schedule(at, Ev::Restart { slot, rejoin: false });
             }
         }
     }
@@ -461,6 +540,7 @@ impl World {
                 self.log(|| format!("{ev:?}").chars().take(200).collect());
             }
             self.step(ev);
+            self.check_downed();
             if !self.violations.is_empty() {
                 break;
             }

@@ -4,16 +4,20 @@
 //! incarnations, and graceful leaves — all from one seeded generator.
 //!
 //! After every step it checks L1 (one leader per term), L2 (a node that may host holds a live
-//! member key) and L3 (no view declares down a member that may still host). After a quiet period
-//! it checks that every node is up, hosting, and agrees on one leader.
+//! member key) and L3 (no view declares down a member that may still host). At the end of each
+//! partition of the schedules that have only partitions it checks L4 (the nodes that may host
+//! reach each other), once the split had time to be resolved: from the partition's start, or
+//! from the last moment the store held no member key, when the cluster started again (see
+//! `check_resolved`). After a quiet period it checks that every node is up, hosting, and agrees
+//! on one leader.
 //!
-//! `SHARDLINE_SIM_SCHEDULES=N` sets the number of schedules (default 300);
-//! `SHARDLINE_SIM_SEED=S` replays one schedule with a trace.
+//! Every run covers 10,000 schedules or more from a fresh base seed; `sim_lease_replay`
+//! replays one with its trace (see `../sim/harness.rs` for the variables).
 //!
 //! [`LeaseEngine`]: shardline_core::lease::LeaseEngine
 
-#[path = "../sim/parallel.rs"]
-mod parallel;
+#[path = "../sim/harness.rs"]
+mod harness;
 #[path = "../sim/queue.rs"]
 mod queue;
 #[allow(dead_code)] // shared with the sharding simulation, which uses all of it
@@ -26,47 +30,66 @@ use std::hash::Hasher;
 
 use world::{Params, World};
 
-fn schedules() -> u64 {
-    std::env::var("SHARDLINE_SIM_SCHEDULES").ok().and_then(|s| s.parse().ok()).unwrap_or(300)
-}
+/// This world, for the commands the harness prints.
+const WORLD: harness::World =
+    harness::World { bin: "sim_lease", schedules: "sim_lease_schedules", replay: "sim_lease_replay" };
 
-/// Violations, trace hash, steps, self-fencings.
-fn run_one(p: Params, verbose: bool) -> (Vec<String>, u64, u64, u64) {
+/// Violations, trace hash, steps, and the counters: self-fencings, partition ends where L4 was
+/// checked, those of them whose split began at a moment without member keys, and those where both
+/// sides hosted but were not checked, the split having begun at such a moment too recently.
+fn run_one(p: Params, verbose: bool) -> (Vec<String>, u64, u64, Counters) {
     let mut w = World::new(p);
     w.verbose = verbose;
     let (v, w) = w.run();
-    (v, w.trace.finish(), w.steps, w.fenced)
+    (v, w.trace.finish(), w.steps, (w.fenced, w.l4_checked, w.l4_after_keyless, w.l4_late_splits))
+}
+
+type Counters = (u64, u64, u64, u64);
+
+fn add(t: &mut Counters, c: Counters) {
+    t.0 += c.0;
+    t.1 += c.1;
+    t.2 += c.2;
+    t.3 += c.3;
+}
+
+/// One schedule of `seed`, its parameters changed by `tweak`: violations and counters.
+fn schedule(seed: u64, tweak: fn(&mut Params)) -> (Vec<String>, Counters) {
+    let mut p = Params::random(seed);
+    tweak(&mut p);
+    let (v, _, _, counters) = run_one(p, false);
+    (v, counters)
 }
 
 /// Runs `count` schedules from `first_seed` on two threads: failures (seed, first violation) and
 /// self-fencings.
-fn run_many(first_seed: u64, count: u64, tweak: fn(&mut Params)) -> (Vec<(u64, String)>, u64) {
-    let run = |seed| {
-        let mut p = Params::random(seed);
-        tweak(&mut p);
-        let (v, _, _, fenced) = run_one(p, false);
-        (v, fenced)
-    };
-    parallel::run_seeds(first_seed, count, run, |t: &mut u64, c| *t += c)
+fn run_many(first_seed: u64, count: u64, tweak: fn(&mut Params)) -> (Vec<(u64, String)>, Counters) {
+    harness::run_seeds(first_seed, count, |seed| schedule(seed, tweak), add)
 }
 
 #[test]
 fn sim_lease_schedules_keep_invariants() {
-    if let Some(seed) = std::env::var("SHARDLINE_SIM_SEED").ok().and_then(|s| s.parse().ok()) {
-        let p = Params::random(seed);
-        eprintln!("replaying seed {seed}: {p:?}");
-        let (v, ..) = run_one(p, true);
-        assert!(v.is_empty(), "seed {seed}: {v:?}");
-        return;
-    }
-    let n = schedules();
-    let (failures, fenced) = run_many(1, n, |_| {});
+    let run = harness::Run::from_env(WORLD);
+    let (failures, (fenced, l4, keyless, late), _) = run.run(|seed| schedule(seed, |_| {}), add);
+    let n = run.count;
     println!("simulated {n} lease schedules, {} violations ({fenced} self-fencings)", failures.len());
-    for (seed, v) in failures.iter().take(10) {
-        println!("  seed {seed}: {v}  (replay: SHARDLINE_SIM_SEED={seed})");
-    }
+    println!(
+        "L4 checked at {l4} partition ends ({keyless} of them dated from a moment without member keys); \
+         not at {late} where both sides hosted after such a moment, too recent to be resolved"
+    );
+    run.report(&failures);
     assert!(failures.is_empty(), "{} of {n} lease schedules violated an invariant", failures.len());
     assert!(fenced > 0, "no node ever fenced itself: the fencing path is not exercised");
+}
+
+/// Replays the schedule of `SHARDLINE_SIM_SEED` with its trace; does nothing without it.
+#[test]
+fn sim_lease_replay() {
+    let Some(seed) = harness::replay_seed() else { return };
+    let p = Params::random(seed);
+    eprintln!("replaying seed {seed}: {p:?}");
+    let (v, ..) = run_one(p, true);
+    assert!(v.is_empty(), "seed {seed}: {v:?}");
 }
 
 /// The checker can fail: an engine that counts its lease from the store's answer instead of its

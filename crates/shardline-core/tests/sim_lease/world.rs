@@ -159,12 +159,24 @@ pub struct World {
     partition: Option<(Vec<usize>, u64)>,
     /// One-way cuts: (from, to) until when.
     one_way: Vec<(usize, usize, u64)>,
+    /// When the partition of `partitions_only` schedules began.
+    partition_since: u64,
+    /// The last moment no member key lived in the store: a cluster starts again from there, and
+    /// on each side of a partition, new incarnations may each start one (see `check_resolved`).
+    last_keyless: u64,
     /// Every (term, leader) any node ever published or claimed.
     terms: BTreeMap<u64, NodeId>,
     pub violations: Vec<String>,
     pub trace: std::collections::hash_map::DefaultHasher,
     pub steps: u64,
     pub fenced: u64,
+    /// Partition ends where L4 was checked, and those of them where the split was dated from a
+    /// moment without member keys rather than from the partition's start.
+    pub l4_checked: u64,
+    pub l4_after_keyless: u64,
+    /// Partition ends where both sides hosted, but the split began at a moment without member
+    /// keys too recent for it to be resolved: L4 was not checked.
+    pub l4_late_splits: u64,
     pub verbose: bool,
 }
 
@@ -181,11 +193,16 @@ impl World {
             cut_until: vec![0; p.nodes],
             partition: None,
             one_way: Vec::new(),
+            partition_since: 0,
+            last_keyless: 0,
             terms: BTreeMap::new(),
             violations: Vec::new(),
             trace: Default::default(),
             steps: 0,
             fenced: 0,
+            l4_checked: 0,
+            l4_after_keyless: 0,
+            l4_late_splits: 0,
             verbose: false,
             p,
         };
@@ -440,23 +457,47 @@ impl World {
         let until = now + self.p.resolve_within() + self.rng.range(0, self.p.ttl_ms);
         self.log(|| format!("fault: partition {groups:?} until {until}"));
         self.partition = Some((groups, until));
+        self.partition_since = now;
         self.schedule(until - 1, Ev::Resolved);
     }
 
     /// L4: at the end of a partition that had time to resolve, the nodes that may host reach
     /// each other (the split-brain race left one side).
+    ///
+    /// A split begins when the partition does, or later, at the last moment the store held no
+    /// member key: then (the winning side lost its leases to the store's faults, which go on
+    /// during partitions) the cluster has to start again from nothing, and a new incarnation on
+    /// each side may join with nobody to reach, as the first members of a cluster do. That split
+    /// is resolved in its turn, in as long as any. A new incarnation that joins while another
+    /// member's key lives must reach it first, so a join across the cut while the winners hold
+    /// keys still counts from the partition's start.
     fn check_resolved(&mut self) {
         let now = self.now;
         let hosting: Vec<usize> = (0..self.nodes.len())
             .filter(|&s| self.nodes[s].alive && self.nodes[s].hosting_until > now && now >= self.nodes[s].paused_until)
             .collect();
+        let mut across = Vec::new();
         for &a in &hosting {
             for &b in &hosting {
                 if a < b && !self.link_up(a, b) {
-                    let (x, y) = (&self.nodes[a].id, &self.nodes[b].id);
-                    self.violations.push(format!("t={now} L4: {x} and {y} both host across the partition"));
+                    across.push((self.nodes[a].id.clone(), self.nodes[b].id.clone()));
                 }
             }
+        }
+        let since = self.partition_since.max(self.last_keyless);
+        if now + 1 < since + self.p.resolve_within() {
+            if !across.is_empty() {
+                self.log(|| format!("L4 not checked: no member key at {since}, a split since then: {across:?}"));
+                self.l4_late_splits += 1;
+            }
+            return;
+        }
+        self.l4_checked += 1;
+        if since > self.partition_since {
+            self.l4_after_keyless += 1;
+        }
+        for (x, y) in across {
+            self.violations.push(format!("t={now} L4: {x} and {y} both host across the partition"));
         }
     }
 
@@ -571,6 +612,15 @@ impl World {
             }
             self.step(ev);
             self.check();
+            let now = self.now;
+            let keyed = self
+                .store
+                .keys
+                .iter()
+                .any(|(k, s)| k.starts_with("sim/members/") && s.expires.is_some_and(|e| e > now));
+            if !keyed {
+                self.last_keyless = now;
+            }
             if !self.violations.is_empty() {
                 break;
             }

@@ -70,6 +70,17 @@ impl Gossip {
         self.config.term_floor = floor;
         self
     }
+
+    /// This node comes back as a new incarnation after it was declared down (its runtime knows:
+    /// [`Cluster::downed`](crate::Cluster::downed) ended the previous one). As the first seed it
+    /// then starts no cluster while it reaches nobody, since the cluster that downed it may be
+    /// just out of reach; it forms one only once the members it reaches are all restarted too
+    /// ([`GossipConfig::rejoin`]). A term floor above zero (a journal whose fences show that a
+    /// cluster ran) has the same effect.
+    pub fn rejoining(mut self) -> Self {
+        self.config.rejoin = true;
+        self
+    }
 }
 
 /// Resolves seed addresses to the form members announce (`ip:port`); one that cannot be resolved

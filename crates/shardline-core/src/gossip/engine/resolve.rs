@@ -34,8 +34,18 @@ impl GossipEngine {
         let mut suspects = Vec::new();
         // Probing finds unreachable members one per period; a node cut off from everyone would
         // take a period per member to find out, long after the others decided about it. Hearing
-        // nothing at all for two periods says the same at once.
-        let cut_off = now.saturating_sub(self.heard_at) >= 2 * self.config.probe_period_ms;
+        // nothing at all for two periods says the same at once. So does hearing no answer to
+        // anything it sent for a period per member and a probe's wait (every member is probed
+        // in that time): a node whose own traffic is lost (a one-way cut) still hears the
+        // others, whose statuses keep them "connected", while they find it silent and down it.
+        // A node alone has nothing to be answered: the wait starts with its first member.
+        if self.foca.num_members() == 0 {
+            self.answered_at = now;
+        }
+        let members = self.foca.num_members() as u64 + 1;
+        let round = members * self.config.probe_period_ms + self.config.probe_rtt_ms;
+        let cut_off = now.saturating_sub(self.heard_at) >= 2 * self.config.probe_period_ms
+            || now.saturating_sub(self.answered_at) >= round;
         for m in self.foca.iter_members() {
             if let Some(node) = &m.id().node {
                 self.first_seen.entry(node.clone()).or_insert(now);
@@ -53,8 +63,7 @@ impl GossipEngine {
         }
         // Every member is probed within one period per member: a shorter window could decide
         // before this node has even tried to reach some of the other side.
-        let members = self.foca.num_members() as u64 + 1;
-        let window = self.config.stable_after_ms.max(members * self.config.probe_period_ms + self.config.probe_rtt_ms);
+        let window = self.config.stable_after_ms.max(round);
         // A member that joined (or restarted) just before or during a partition may be known on
         // one side only: counted there as reachable, it could make both sides a majority (the
         // world found two sides that each kept themselves that way). Only members known for a
@@ -68,7 +77,7 @@ impl GossipEngine {
             .collect();
         let before = resolver.unreachable().cloned();
         let unstable = unstable_ms(&self.config);
-        let resolution = resolver.observe(now, window, unstable, &reachable, &unreachable, &recent);
+        let resolution = resolver.observe(now, window, unstable, &reachable, &unreachable, &recent, cut_off);
         let after = resolver.unreachable().cloned();
         if before != after && after.is_some() {
             self.log(GossipEvent::Unreachable { nodes: after.unwrap_or_default() });
@@ -80,6 +89,14 @@ impl GossipEngine {
             Some(Resolution::Unstable { unstable_ms }) => {
                 self.declared_down = true;
                 self.log(GossipEvent::DownedWhenUnstable { unstable_ms });
+                self.log(GossipEvent::DeclaredDown);
+            }
+            // A member of no formed cluster yet (a restart that has not heard of a leader) has no
+            // side to keep: the members it cannot reach may be the cluster, a leader among them
+            // that hears nobody (a one-way cut) and never learns it was downed. It downs itself
+            // instead, and its new incarnation tries again (nothing runs here yet).
+            Some(Resolution::Decided(SplitBrainDecision::DownUnreachable)) if !self.formed => {
+                self.declared_down = true;
                 self.log(GossipEvent::DeclaredDown);
             }
             Some(Resolution::Decided(SplitBrainDecision::DownUnreachable)) => {
