@@ -15,6 +15,7 @@ command -v protoc >/dev/null || need_apt+=(protobuf-compiler)
 command -v nats-server >/dev/null || need_apt+=(nats-server)
 # The partition tests put node processes in network namespaces (ip netns, ip link).
 command -v ip >/dev/null || need_apt+=(iproute2)
+command -v nft >/dev/null || need_apt+=(nftables)
 # The dashboard's test drives it in headless Chromium through chromedriver.
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 [ -x /usr/bin/chromedriver ] || need_apt+=(chromium-driver)
@@ -52,8 +53,16 @@ echo "== kubernetes manifests"
 # from PyPI bundles them.
 python3 -c 'import kubernetes_validate' 2>/dev/null || python3 -m pip install -q kubernetes-validate
 python3 -m kubernetes_validate --strict --quiet deploy/kubernetes/*.yaml
-echo "== simulation (${SHARDLINE_SIM_SCHEDULES:=10000} schedules)"
-SHARDLINE_SIM_SCHEDULES=$SHARDLINE_SIM_SCHEDULES cargo test -p shardline-core --release sim -- --nocapture
+echo "== simulation (${SHARDLINE_SIM_SCHEDULES:-10000} schedules per world, from a fresh base seed)"
+# Each world prints its base seed and every failing seed with the command that replays it;
+# SHARDLINE_SIM_SCHEDULES may raise the count above 10,000, never lower it, and
+# SHARDLINE_SIM_BASE_SEED runs a printed base seed's schedules again.
+cargo test -p shardline-core --release sim -- --nocapture
+echo "== runtime simulation (1,000 schedules or more, from a fresh base seed)"
+# Whole nodes (builder, drivers, hosts, entity tasks, lease or gossip membership) on a simulated
+# network and clock; prints its base seed and every failing seed with the command that replays it.
+# The same binary's three sabotage tests must each find a violation in a runtime broken on purpose.
+cargo test --release --all-features -p shardline-cli --test sim_runtime -- --nocapture
 echo "== tests"
 cargo test --workspace --release --all-features -- --skip sim_
 echo "== fuzz (${SHARDLINE_FUZZ_SECS:=30} s per target)"

@@ -14,6 +14,7 @@ use shardline::Cluster;
 use crate::args::DemoArgs;
 use crate::load::{
     percentiles, probe_ids, run_accounts, shards_per_node, AccountRange, HomeMonitor, Invariants, Latency, Ledger,
+    Route,
 };
 use crate::procs::{free_port, work_dir, NodeProc, RunCerts};
 use shardline_cli::history::{self, ownership, HistoryWriter};
@@ -314,6 +315,8 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
     }
     let driver = driver.build().await?;
     let accounts: Accounts = register_accounts(&driver, args.shards, &args.strategy.0, None).await?;
+    // The demo's driver runs in this process for the whole run: one incarnation, one route.
+    let route = Route::new(accounts.clone());
     let want = args.nodes as usize;
     let d2 = driver.clone();
     if !wait_for("every node to join", Duration::from_secs(60), &progress, || hosts_up(&d2).len() >= want).await {
@@ -409,7 +412,7 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
         let monitor = HomeMonitor::start(&accounts, probes.clone(), event);
         let label = name.to_string();
         let load = run_accounts(
-            &accounts,
+            &route,
             AccountRange::first(args.entities),
             args.concurrency,
             duration,
@@ -460,7 +463,7 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
         // Every account, after every phase: the journal holds them through moves and crashes.
         progress.update(format!("{name}: auditing {} accounts", args.entities));
         let snapshot = std::mem::take(&mut *ledger.lock().unwrap_or_else(|e| e.into_inner()));
-        let found = snapshot.audit(&accounts, AccountRange::first(args.entities), 64, Some(&history_log)).await;
+        let found = snapshot.audit(&route, AccountRange::first(args.entities), 64, Some(&history_log)).await;
         *ledger.lock().unwrap_or_else(|e| e.into_inner()) = snapshot;
         inv.lost_acked += found.lost_acked;
         inv.double_applied += found.double_applied;

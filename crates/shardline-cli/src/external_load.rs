@@ -16,9 +16,9 @@ use shardline::{Cluster, StrategyKind};
 use crate::args::LoadArgs;
 use shardline_cli::history::HistoryWriter;
 
-use crate::load::{percentiles, run_accounts, shards_per_node, AccountRange, Invariants, Latency, Ledger};
+use crate::load::{percentiles, run_accounts, shards_per_node, AccountRange, Invariants, Latency, Ledger, Route};
 use shardline_cli::membership::provider_with;
-use shardline_cli::register_accounts;
+use shardline_cli::{register_accounts, Accounts};
 
 /// What `shardline load --json` writes.
 #[derive(Debug, Serialize)]
@@ -66,16 +66,15 @@ fn drawn_first_account() -> u64 {
     (h.finish() % 1_000_000) * 1_000_000_000
 }
 
-async fn run_inner(args: LoadArgs) -> Result<LoadReport, Box<dyn std::error::Error>> {
-    let range = AccountRange { first: args.first_account.unwrap_or_else(drawn_first_account), count: args.entities };
-    let name = args.name.clone().unwrap_or_else(|| format!("load-{}", std::process::id()));
+/// Joins the cluster as a proxy member and registers the accounts.
+async fn join(args: &LoadArgs, name: &str) -> Result<(Cluster, Accounts), Box<dyn std::error::Error>> {
     // A proxy follows its side of a partition, so it resolves with the same settings.
     let (leases, gossip) = args.members.settings()?;
     let m = &args.members;
     let provider = provider_with(&m.membership, &args.cluster, &m.seeds, leases, gossip).await?;
     let mut driver = Cluster::builder()
         .cluster_name(args.cluster.clone())
-        .node_name(name.clone())
+        .node_name(name.to_string())
         .bind(args.bind.clone())
         .proxy()
         .membership_boxed(provider);
@@ -85,6 +84,43 @@ async fn run_inner(args: LoadArgs) -> Result<LoadReport, Box<dyn std::error::Err
     let driver = driver.build().await?;
     // A proxy never runs a coordinator, so the strategy here is never used.
     let accounts = register_accounts(&driver, args.shards, &StrategyKind::LeastShards, None).await?;
+    Ok((driver, accounts))
+}
+
+/// What `shardline node` does for a node, for the driver: once its membership fences it (it
+/// lost a split-brain race, or its lease lapsed), it rejoins as a new incarnation after the old
+/// lease's TTL, and its callers go on through the new one. Without it, a driver downed by a
+/// race under packet loss failed every ask to the end of the run.
+async fn rejoin_when_fenced(args: LoadArgs, name: String, driver: Arc<Mutex<Cluster>>, route: Route) {
+    let ttl = args.members.settings().map_or(Duration::from_secs(3), |(leases, _)| leases.ttl);
+    loop {
+        let current = driver.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let reason = current.downed().await;
+        eprintln!("load {name}: the driver was fenced ({reason}); rejoining as a new incarnation");
+        current.crash();
+        drop(current);
+        tokio::time::sleep(ttl).await;
+        loop {
+            // The error is not `Send`: keep it out of the wait below.
+            let failed = match join(&args, &name).await {
+                Ok((d, accounts)) => {
+                    *driver.lock().unwrap_or_else(|e| e.into_inner()) = d;
+                    route.replace(accounts);
+                    eprintln!("load {name}: rejoined");
+                    break;
+                }
+                Err(e) => e.to_string(),
+            };
+            eprintln!("load {name}: cannot rejoin yet: {failed}");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+async fn run_inner(args: LoadArgs) -> Result<LoadReport, Box<dyn std::error::Error>> {
+    let range = AccountRange { first: args.first_account.unwrap_or_else(drawn_first_account), count: args.entities };
+    let name = args.name.clone().unwrap_or_else(|| format!("load-{}", std::process::id()));
+    let (driver, accounts) = join(&args, &name).await?;
     println!(
         "load {name}: accounts acct-{}…acct-{}, {} callers, {} s, cluster {} ({})",
         range.first,
@@ -103,12 +139,15 @@ async fn run_inner(args: LoadArgs) -> Result<LoadReport, Box<dyn std::error::Err
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let route = Route::new(accounts.clone());
+    let driver = Arc::new(Mutex::new(driver));
+    let rejoin = tokio::spawn(rejoin_when_fenced(args.clone(), name.clone(), driver.clone(), route.clone()));
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let next_op = Arc::new(AtomicU64::new(1));
     let last = Mutex::new(Instant::now());
     let history = args.history.as_ref().map(HistoryWriter::create).transpose()?.map(Arc::new);
     let mut load = run_accounts(
-        &accounts,
+        &route,
         range,
         args.concurrency,
         Duration::from_secs(args.duration_secs),
@@ -127,12 +166,14 @@ async fn run_inner(args: LoadArgs) -> Result<LoadReport, Box<dyn std::error::Err
     .await;
     println!("  auditing {} accounts", range.count);
     let snapshot = std::mem::take(&mut *ledger.lock().unwrap_or_else(|e| e.into_inner()));
-    let invariants = snapshot.audit(&accounts, range, 64, history.as_ref()).await;
+    let invariants = snapshot.audit(&route, range, 64, history.as_ref()).await;
     if let Some(h) = &history {
         h.flush()?;
         println!("  history written to {} (check it with `shardline check`)", h.path().display());
     }
-    let nodes = shards_per_node(&accounts.entities().shard_homes())
+    rejoin.abort();
+    let driver = driver.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let nodes = shards_per_node(&route.current().entities().shard_homes())
         .into_iter()
         .map(|(name, shards)| crate::demo::NodeReport { name, shards })
         .collect();

@@ -1,6 +1,7 @@
 //! The demo application of the `shardline` binary: its entity types, shared with the tests.
 
 pub mod account;
+pub mod attempts;
 pub mod history;
 pub mod membership;
 pub mod store;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use shardline::{Error, NodeId, Processed};
 
+use shardline_cli::attempts::Attempts;
 use shardline_cli::history::{now_us, HistoryWriter, Kind, Operation, Outcome};
 use shardline_cli::{AccountCmd, AccountReply, Accounts};
 
@@ -27,6 +28,55 @@ pub fn percentiles(samples: &mut [u32]) -> Latency {
     samples.sort_unstable();
     let at = |q: f64| f64::from(samples[((samples.len() as f64 - 1.0) * q).round() as usize]);
     Latency { p50: at(0.50), p99: at(0.99) }
+}
+
+/// Where callers send their asks: the handle of the driver's current incarnation. A driver that
+/// its membership fences rejoins as a new incarnation (as `shardline node` does), with a new
+/// handle; its callers pick it up at their next attempt.
+#[derive(Clone)]
+pub struct Route {
+    current: Arc<Mutex<Accounts>>,
+    /// Grows with every new handle, so that a caller reads the lock only when it changed.
+    generation: Arc<AtomicU64>,
+}
+
+impl Route {
+    pub fn new(accounts: Accounts) -> Self {
+        Route { current: Arc::new(Mutex::new(accounts)), generation: Arc::new(AtomicU64::new(0)) }
+    }
+
+    /// Sends every later attempt through `accounts`.
+    pub fn replace(&self, accounts: Accounts) {
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = accounts;
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The current incarnation's handle.
+    pub fn current(&self) -> Accounts {
+        self.current.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn caller(&self) -> Caller {
+        Caller { route: self.clone(), seen: self.generation.load(Ordering::Acquire), accounts: self.current() }
+    }
+}
+
+/// One caller's copy of the route's handle, refreshed when the route changes.
+struct Caller {
+    route: Route,
+    seen: u64,
+    accounts: Accounts,
+}
+
+impl Caller {
+    fn accounts(&mut self) -> &Accounts {
+        let generation = self.route.generation.load(Ordering::Acquire);
+        if generation != self.seen {
+            self.accounts = self.route.current();
+            self.seen = generation;
+        }
+        &self.accounts
+    }
 }
 
 /// What one phase of load produced.
@@ -60,7 +110,7 @@ impl Ledger {
     /// Each audit that is answered is recorded in `history`, if given.
     pub async fn audit(
         &self,
-        accounts: &Accounts,
+        route: &Route,
         range: AccountRange,
         concurrency: usize,
         history: Option<&Arc<HistoryWriter>>,
@@ -70,7 +120,7 @@ impl Ledger {
         let mut tasks = Vec::new();
         let ledger = Arc::new(self.snapshot());
         for _ in 0..concurrency.max(1) {
-            let (next, total, ledger, accounts) = (next.clone(), total.clone(), ledger.clone(), accounts.clone());
+            let (next, total, ledger, mut caller) = (next.clone(), total.clone(), ledger.clone(), route.caller());
             let history = history.cloned();
             tasks.push(tokio::spawn(async move {
                 loop {
@@ -82,6 +132,7 @@ impl Ledger {
                     let give_up = Instant::now() + RETRY_LIMIT;
                     let reply = loop {
                         let invoke_us = now_us();
+                        let accounts = caller.accounts();
                         match accounts.ask_timeout(range.id(a), AccountCmd::Audit, None, Duration::from_secs(5)).await {
                             Ok(r) => {
                                 if let Some(h) = &history {
@@ -214,7 +265,7 @@ fn run_tag() -> &'static str {
 /// request id: a command that ran but whose answer was lost (a timeout, a node killed after the
 /// write) is not applied again, and its recorded reply comes back. Counts each error met.
 async fn ask_retrying(
-    accounts: &Accounts,
+    caller: &mut Caller,
     id: String,
     cmd: AccountCmd,
     request_id: Option<shardline::RequestId>,
@@ -222,15 +273,18 @@ async fn ask_retrying(
 ) -> Result<shardline_cli::AccountReply, Error> {
     let give_up = Instant::now() + RETRY_LIMIT;
     let mut backoff = Duration::from_millis(10);
+    let mut attempts = Attempts::default();
     loop {
+        let accounts = caller.accounts();
         let timeout = accounts.entities().ask_timeout();
         match accounts.ask_timeout(&id, cmd.clone(), request_id.clone(), timeout).await {
             Ok(r) => return Ok(r),
             Err(e) => {
                 *errors.entry(error_kind(&e).to_string()).or_default() += 1;
                 if Instant::now() >= give_up {
-                    return Err(e);
+                    return Err(attempts.verdict(e));
                 }
+                attempts.failed(&e);
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_millis(500));
             }
@@ -245,7 +299,7 @@ async fn ask_retrying(
 /// recorded in `history`, if given: from its first send to its last answer, as one.
 #[allow(clippy::too_many_arguments)]
 pub async fn run_accounts(
-    accounts: &Accounts,
+    route: &Route,
     range: AccountRange,
     concurrency: u64,
     duration: Duration,
@@ -260,8 +314,8 @@ pub async fn run_accounts(
     let start = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..concurrency {
-        let (accounts, stop, acked, failed, ledger, next_op) =
-            (accounts.clone(), stop.clone(), acked.clone(), failed.clone(), ledger.clone(), next_op.clone());
+        let (mut caller, stop, acked, failed, ledger, next_op) =
+            (route.caller(), stop.clone(), acked.clone(), failed.clone(), ledger.clone(), next_op.clone());
         let history = history.cloned();
         tasks.push(tokio::spawn(async move {
             let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (w + 1).wrapping_mul(0x2545_F491_4F6C_DD1D);
@@ -283,7 +337,7 @@ pub async fn run_accounts(
                 let request_id = (signed != 0).then(|| shardline::RequestId::new(format!("{}-{op}", run_tag())));
                 let t = Instant::now();
                 let invoke_us = now_us();
-                let r = ask_retrying(&accounts, range.id(a), cmd, request_id.clone(), &mut errors).await;
+                let r = ask_retrying(&mut caller, range.id(a), cmd, request_id.clone(), &mut errors).await;
                 let us = t.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
                 if let Some(h) = &history {
                     let (op, amount) = if kind == Kind::Balance { (0, 0) } else { (op, amount) };

@@ -14,7 +14,9 @@ use std::cell::Cell;
 pub enum Sabotage {
     /// Nothing is broken.
     None,
-    /// Messages are processed whether or not the node's hosting lease is valid.
+    /// Messages are processed whether or not the node's hosting lease is valid, and a message
+    /// that arrives after the lease ran out does not fence the node (its membership still does,
+    /// when its own timer fires).
     IgnoreLease,
     /// An event-sourced entity neither looks a request id up nor hands it to its journal, so a
     /// retry is applied again.

@@ -18,15 +18,20 @@
 //! one schedule with its trace.
 
 mod checks;
+mod clients;
 mod faulty;
 mod net;
+mod observed;
 mod rng;
+mod schedule;
 mod world;
 
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
+use schedule::{FaultMix, Mode, Schedule};
 use shardline::sabotage::Sabotage;
-use world::{FaultMix, Mode, Schedule};
 
 const FLOOR: u64 = 1_000;
 
@@ -53,7 +58,7 @@ fn run_one(sched: Schedule, sab: Sabotage, tracing: bool) -> (u64, Vec<String>, 
         .spawn(move || {
             let o = world::run(sched.clone(), sab, tracing);
             let (reads, mut v) = checks::all(&sched, &o);
-            v.extend(world::take_panics().into_iter().map(|p| format!("panicked: {p}")));
+            v.extend(observed::take_panics().into_iter().map(|p| format!("panicked: {p}")));
             (reads, v, o.trace, o.steps)
         })
         .map_err(|e| e.to_string())
@@ -68,6 +73,31 @@ fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
     p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
 }
 
+/// How long (real time) one schedule may run before the watchdog calls it stuck: a schedule
+/// takes about a second; one whose world stops advancing never ends.
+const STUCK_AFTER: Duration = Duration::from_secs(120);
+
+/// Fails the run, naming the seed, when a schedule stops advancing. A node's task that never
+/// waits (a busy loop) keeps its runtime from ever parking, so its paused clock never moves and
+/// the world's step never returns: on a real clock, the same loop spins a core.
+fn watchdog(running: &[Mutex<Option<(u64, Instant)>>], done: &AtomicBool) {
+    while !done.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_secs(1));
+        for r in running {
+            if let Some((seed, since)) = *r.lock().unwrap_or_else(|e| e.into_inner()) {
+                if since.elapsed() > STUCK_AFTER {
+                    println!(
+                        "  seed {seed}: stuck: its world did not advance for {STUCK_AFTER:?} (a task that never waits)"
+                    );
+                    println!("    replay: SHARDLINE_SIM_SEED={seed} cargo test --release --all-features -p shardline-cli --test sim_runtime sim_runtime_replay -- --nocapture");
+                    // The stuck thread cannot be stopped; the process ends with the verdict.
+                    std::process::exit(1);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn sim_runtime_schedules_keep_invariants() {
     let n = schedules();
@@ -75,14 +105,20 @@ fn sim_runtime_schedules_keep_invariants() {
     println!("base seed {base}");
     let started = Instant::now();
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).min(4) as u64;
+    // What each worker runs, and since when: the watchdog's view.
+    let running: Vec<Mutex<Option<(u64, Instant)>>> = (0..workers).map(|_| Mutex::new(None)).collect();
+    let done = AtomicBool::new(false);
     let results: Vec<(u64, u64, Vec<String>)> = std::thread::scope(|s| {
+        s.spawn(|| watchdog(&running, &done));
         let handles: Vec<_> = (0..workers)
             .map(|w| {
+                let running = &running[w as usize];
                 s.spawn(move || {
                     let mut out = Vec::new();
                     let mut i = w;
                     while i < n {
                         let seed = base.wrapping_add(i);
+                        *running.lock().unwrap_or_else(|e| e.into_inner()) = Some((seed, Instant::now()));
                         let sched = Schedule::draw(seed, FaultMix::ALL, None);
                         let (reads, v, _, _) = run_one(sched, Sabotage::None, false);
                         out.push((seed, reads, v));
@@ -92,40 +128,68 @@ fn sim_runtime_schedules_keep_invariants() {
                 })
             })
             .collect();
-        handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+        let results = handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect();
+        done.store(true, Ordering::Release);
+        results
     });
     let secs = started.elapsed().as_secs_f64();
     let reads: u64 = results.iter().map(|r| r.1).sum();
-    let failed: Vec<_> = results.iter().filter(|r| !r.2.is_empty()).collect();
+    // Gossip's liveness findings are printed and counted, and fail nothing (see `checks::all`).
+    let slow: Vec<(u64, usize)> = results
+        .iter()
+        .map(|(seed, _, v)| (*seed, v.iter().filter(|x| x.starts_with(checks::LIVENESS)).count()))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    for (seed, n) in &slow {
+        println!(
+            "  seed {seed}: gossip, {n} accounts did not answer within 40 s of the heal (a finding, not a failure)"
+        );
+    }
+    let results: Vec<(u64, u64, Vec<String>)> = results
+        .into_iter()
+        .map(|(seed, reads, v)| (seed, reads, v.into_iter().filter(|x| !x.starts_with(checks::LIVENESS)).collect()))
+        .collect();
+    let failed: Vec<(u64, u64, Vec<String>)> = results.iter().filter(|r| !r.2.is_empty()).cloned().collect();
     for (seed, _, v) in &failed {
         println!("  seed {seed}: {}", v.join("; "));
         println!("    replay: SHARDLINE_SIM_SEED={seed} cargo test --release --all-features -p shardline-cli --test sim_runtime sim_runtime_replay -- --nocapture");
     }
     let violations: usize = failed.iter().map(|r| r.2.len()).sum();
     println!(
-        "simulated {} runtime schedules, {violations} violations ({reads} reads checked, {:.1} schedules/s)",
+        "simulated {} runtime schedules, {violations} violations ({reads} reads checked, {:.1} schedules/s; {} gossip schedules slow to serve after the heal)",
         results.len(),
-        results.len() as f64 / secs
+        results.len() as f64 / secs,
+        slow.len()
     );
     assert_eq!(results.len() as u64, n, "every schedule ran");
     assert!(reads > 0, "no read was checked");
     assert!(failed.is_empty(), "{} schedules broke an invariant", failed.len());
 }
 
+/// Replays the schedule of `SHARDLINE_SIM_SEED` with its trace; does nothing without it. With
+/// `SHARDLINE_SIM_CATCH=<name>` (a case of [`CATCHES`]), it replays a schedule of that case:
+/// its broken runtime, its faults and its membership.
 #[test]
 fn sim_runtime_replay() {
     let Some(seed) = std::env::var("SHARDLINE_SIM_SEED").ok().and_then(|s| s.parse().ok()) else { return };
     // The nodes' own logs, each line under its host's span: SHARDLINE_SIM_LOG=debug for more.
     let filter = std::env::var("SHARDLINE_SIM_LOG").unwrap_or_else(|_| "info".into());
     let _ = tracing_subscriber::fmt().with_env_filter(filter).without_time().with_test_writer().try_init();
-    let sched = Schedule::draw(seed, FaultMix::ALL, None);
+    let catch = std::env::var("SHARDLINE_SIM_CATCH").ok();
+    let (sched, sab) = match catch.as_deref() {
+        None => (Schedule::draw(seed, FaultMix::ALL, None), Sabotage::None),
+        Some(name) => match CATCHES.iter().find(|c| c.name == name) {
+            Some(c) => (Schedule::draw(seed, c.mix, Some(c.mode)), c.sabotage),
+            None => panic!("SHARDLINE_SIM_CATCH={name}: no such case ({:?})", CATCHES.map(|c| c.name)),
+        },
+    };
     println!(
-        "seed {seed}: {:?}, {} nodes, one owner promised: {}",
+        "seed {seed}: {:?}, {} nodes, one owner promised: {}, runtime broken as {sab:?}",
         sched.mode,
         sched.nodes,
         sched.promises_one_owner()
     );
-    let (reads, v, trace, steps) = run_one(sched, Sabotage::None, true);
+    let (reads, v, trace, steps) = run_one(sched, sab, true);
     for l in trace {
         println!("{l}");
     }
@@ -136,19 +200,15 @@ fn sim_runtime_replay() {
     assert!(v.is_empty());
 }
 
-/// Runs schedules of `mix` on a runtime broken as `sab` until one breaks an invariant that
-/// `expect` names; fails when none does in `tries` schedules.
-fn caught(sab: Sabotage, mix: FaultMix, mode: Mode, expect: &str, tries: u64) {
-    let base = fresh_base();
-    for i in 0..tries {
-        let seed = base.wrapping_add(i);
-        let (_, v, _, _) = run_one(Schedule::draw(seed, mix, Some(mode)), sab, false);
-        if v.iter().any(|x| x.starts_with(expect)) {
-            println!("{sab:?} caught by seed {seed} (try {}): {}", i + 1, v[0]);
-            return;
-        }
-    }
-    panic!("{sab:?} was not caught by {tries} schedules from base seed {base}");
+/// A runtime broken on purpose, the faults and membership under which the checks must catch it,
+/// and the check that must.
+struct Catch {
+    name: &'static str,
+    sabotage: Sabotage,
+    mix: FaultMix,
+    mode: Mode,
+    /// The start of the violation it must cause: the check's label.
+    expect: &'static str,
 }
 
 const QUIET: FaultMix = FaultMix {
@@ -161,17 +221,62 @@ const QUIET: FaultMix = FaultMix {
     membership_changes: false,
 };
 
+const CATCHES: [Catch; 3] = [
+    Catch {
+        name: "ignore_lease",
+        sabotage: Sabotage::IgnoreLease,
+        mix: FaultMix { pauses: true, ..QUIET },
+        mode: Mode::Leases,
+        expect: "(a)",
+    },
+    Catch {
+        name: "skip_request_id_lookup",
+        sabotage: Sabotage::SkipRequestIdLookup,
+        mix: FaultMix { journal: true, ..QUIET },
+        mode: Mode::Leases,
+        expect: "(b)",
+    },
+    Catch {
+        name: "ack_before_commit",
+        sabotage: Sabotage::AckBeforeCommit,
+        mix: FaultMix { journal: true, ..QUIET },
+        mode: Mode::Leases,
+        expect: "(b)",
+    },
+];
+
+/// Runs schedules of the case `name` until one breaks the invariant it must; fails when none does
+/// in `tries` schedules.
+fn caught(name: &str, tries: u64) {
+    let Some(c) = CATCHES.iter().find(|c| c.name == name) else { panic!("no case {name}") };
+    let base = fresh_base();
+    for i in 0..tries {
+        let seed = base.wrapping_add(i);
+        let (_, v, _, _) = run_one(Schedule::draw(seed, c.mix, Some(c.mode)), c.sabotage, false);
+        if let Some(x) = v.iter().find(|x| x.starts_with(c.expect)) {
+            println!("{:?} caught by seed {seed} (try {}): {x}", c.sabotage, i + 1);
+            println!("  replay: SHARDLINE_SIM_CATCH={name} SHARDLINE_SIM_SEED={seed} cargo test --release --all-features -p shardline-cli --test sim_runtime sim_runtime_replay -- --nocapture");
+            // The control: the same schedule on the runtime as shipped breaks nothing, so the
+            // violation is the broken guard's.
+            let (_, clean, _, _) = run_one(Schedule::draw(seed, c.mix, Some(c.mode)), Sabotage::None, false);
+            assert!(clean.is_empty(), "seed {seed} breaks an invariant without {:?} too: {clean:?}", c.sabotage);
+            return;
+        }
+    }
+    panic!("{:?} was not caught by {tries} schedules from base seed {base}", c.sabotage);
+}
+
 #[test]
 fn sim_runtime_catches_a_runtime_that_ignores_its_lease() {
-    caught(Sabotage::IgnoreLease, FaultMix { pauses: true, ..QUIET }, Mode::Leases, "(", 20);
+    caught("ignore_lease", 20);
 }
 
 #[test]
 fn sim_runtime_catches_a_runtime_that_skips_the_request_id_lookup() {
-    caught(Sabotage::SkipRequestIdLookup, FaultMix { journal: true, ..QUIET }, Mode::Leases, "(b)", 20);
+    caught("skip_request_id_lookup", 20);
 }
 
 #[test]
 fn sim_runtime_catches_a_runtime_that_acknowledges_before_the_commit() {
-    caught(Sabotage::AckBeforeCommit, FaultMix { journal: true, ..QUIET }, Mode::Leases, "(b)", 20);
+    caught("ack_before_commit", 20);
 }

@@ -5,249 +5,34 @@
 //! Every host's clock reads `origin + OFFSET + world time`: runtimes made later (a restart) are
 //! moved forward to it when they start, a paused host's clock jumps by the pause when it wakes.
 
-use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-use shardline::entity::{EventSourced, EventSourcedHandle, EventSourcedSettings, RequestId};
+use shardline::entity::{EventSourced, EventSourcedSettings};
 use shardline::journal::{InMemoryJournal, Journal};
 use shardline::membership::lease::{InMemoryStore, LeaseConfig, Leases};
 use shardline::sabotage::{self, Sabotage};
-use shardline::{Cluster, EntityId, Error, Gossip, GossipConfig, Processed};
-use shardline_cli::account::{AccountCmd, AccountReply};
-use shardline_cli::history::{Kind, Operation, Outcome as Answer};
+use shardline::{Cluster, Gossip, GossipConfig};
+use shardline_cli::history::Operation;
 use shardline_cli::{account_settings, Account};
 use shardline_core::SplitBrainPolicy;
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
 
+use super::clients::{self, Record};
 use super::faulty::{FaultyJournal, JournalFaults};
 use super::net::SimNet;
-use super::rng::Rng;
+use super::observed::{record_panics, Decided, SimAccount, SimAccounts, CURRENT, DECIDED, NOW_MS};
+use super::schedule::{Fault, Mode, Schedule, ANSWER_WITHIN, HEAL_AT};
 
 /// Each host's runtime runs this long per step.
 pub const TICK_MS: u64 = 10;
 /// Far enough ahead of any runtime's start that every runtime can be moved forward to it.
 const OFFSET: Duration = Duration::from_secs(3600);
 const SHARDS: u32 = 16;
-const ACCOUNTS: usize = 5;
-const CLIENTS: usize = 4;
-/// Faults happen in this window (ms).
-const FAULTS_FROM: u64 = 3_000;
-pub const HEAL_AT: u64 = 24_000;
-/// Every account answers within this long after the heal.
-pub const ANSWER_WITHIN: u64 = 40_000;
-
-/// The membership a schedule runs on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Leases over an in-memory store shared by the hosts, with the split-brain race.
-    Leases,
-    /// Gossip with the keep-majority resolver.
-    Gossip,
-}
-
-/// Panics of this thread (a task of a node, whose runtime would swallow them): each one is a
-/// violation of the schedule.
-pub fn take_panics() -> Vec<String> {
-    PANICS.with(|p| p.take())
-}
-
-fn record_panics() {
-    static HOOK: std::sync::Once = std::sync::Once::new();
-    HOOK.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let host = CURRENT.with(|c| c.borrow().clone());
-            PANICS.with(|p| p.borrow_mut().push(format!("{host}: {info}")));
-            default(info);
-        }));
-    });
-}
-
-thread_local! {
-    static PANICS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
-    /// The host whose runtime the world is running (entity code reads it).
-    static CURRENT: RefCell<String> = const { RefCell::new(String::new()) };
-    /// Every command an account instance decided: (account, instance, host, world ms).
-    static DECIDED: RefCell<Vec<Decided>> = const { RefCell::new(Vec::new()) };
-    static NEXT_INSTANCE: Cell<u64> = const { Cell::new(1) };
-    static NOW_MS: Cell<u64> = const { Cell::new(0) };
-}
-
-#[derive(Clone, Debug)]
-pub struct Decided {
-    pub account: String,
-    pub instance: u64,
-    pub host: String,
-    pub at_ms: u64,
-}
-
-fn fresh_instance() -> u64 {
-    NEXT_INSTANCE.with(|n| {
-        let i = n.get();
-        n.set(i + 1);
-        i
-    })
-}
-
-/// The demo's account, which also tells the world which instance decided each command: a
-/// state made by `empty` or read from bytes (a recovery, a hand-off) is a new instance.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct SimAccount {
-    id: String,
-    account: Account,
-    #[serde(skip, default = "fresh_instance")]
-    instance: u64,
-}
-
-impl EventSourced for SimAccount {
-    type Command = AccountCmd;
-    type Event = <Account as EventSourced>::Event;
-    type Reply = AccountReply;
-    const EVENT_TYPE: &'static str = Account::EVENT_TYPE;
-
-    fn empty(id: &EntityId) -> Self {
-        SimAccount { id: id.as_str().to_string(), account: Account::empty(id), instance: fresh_instance() }
-    }
-
-    fn apply(&mut self, event: &Self::Event) {
-        self.account.apply(event);
-    }
-
-    fn decide(&self, command: AccountCmd) -> (Vec<Self::Event>, AccountReply) {
-        let d = Decided {
-            account: self.id.clone(),
-            instance: self.instance,
-            host: CURRENT.with(|c| c.borrow().clone()),
-            at_ms: NOW_MS.with(Cell::get),
-        };
-        DECIDED.with(|log| log.borrow_mut().push(d));
-        self.account.decide(command)
-    }
-}
-
-pub type SimAccounts = EventSourcedHandle<SimAccount>;
-
-/// What a fault did, for the trace and the report.
-#[derive(Clone, Debug)]
-pub enum Fault {
-    Crash { host: usize, for_ms: u64 },
-    Pause { host: usize, for_ms: u64 },
-    Partition { side: Vec<usize>, for_ms: u64 },
-    OneWay { from: usize, to: usize, for_ms: u64 },
-    Jitter { ms: u64, for_ms: u64 },
-    Reset { a: usize, b: usize },
-    JournalDown { for_ms: u64 },
-    SlowCommits { ms: u64, for_ms: u64 },
-    CommitUnknown { pct: u64, for_ms: u64 },
-    StoreDown { for_ms: u64 },
-    Leave { host: usize, for_ms: u64 },
-    Join { host: usize },
-}
-
-impl Fault {
-    /// Whether this fault is one the membership does not promise a single owner under.
-    fn outside_promise(&self, mode: Mode) -> bool {
-        mode == Mode::Gossip && matches!(self, Fault::Pause { .. } | Fault::OneWay { .. })
-    }
-}
-
-/// Which faults a schedule may draw.
-#[derive(Clone, Copy, Debug)]
-pub struct FaultMix {
-    pub crashes: bool,
-    pub pauses: bool,
-    pub partitions: bool,
-    pub network: bool,
-    pub journal: bool,
-    pub store: bool,
-    pub membership_changes: bool,
-}
-
-impl FaultMix {
-    pub const ALL: FaultMix = FaultMix {
-        crashes: true,
-        pauses: true,
-        partitions: true,
-        network: true,
-        journal: true,
-        store: true,
-        membership_changes: true,
-    };
-}
-
-/// What a schedule is.
-#[derive(Clone, Debug)]
-pub struct Schedule {
-    pub seed: u64,
-    pub mode: Mode,
-    /// (at ms, fault), in time order.
-    pub faults: Vec<(u64, Fault)>,
-    /// Nodes started at time 0 (a `Join` starts one more).
-    pub nodes: usize,
-}
-
-impl Schedule {
-    pub fn draw(seed: u64, mix: FaultMix, mode: Option<Mode>) -> Schedule {
-        let mut rng = Rng::new(seed);
-        let mode = mode.unwrap_or(if rng.chance(50) { Mode::Leases } else { Mode::Gossip });
-        let nodes = 3;
-        let mut kinds: Vec<u64> = Vec::new();
-        let mut allow = |on: bool, ks: &[u64]| {
-            if on {
-                kinds.extend_from_slice(ks)
-            }
-        };
-        allow(mix.crashes, &[0]);
-        allow(mix.pauses, &[1]);
-        allow(mix.partitions, &[2, 3]);
-        allow(mix.network, &[4, 5]);
-        allow(mix.journal, &[6, 7, 8]);
-        allow(mix.store && mode == Mode::Leases, &[9]);
-        allow(mix.membership_changes, &[10, 11]);
-        let mut faults = Vec::new();
-        let mut at = FAULTS_FROM;
-        let mut joined = false;
-        while !kinds.is_empty() {
-            at += 500 + rng.below(4_000);
-            if at >= HEAL_AT - 1_000 {
-                break;
-            }
-            let for_ms = 500 + rng.below(7_500);
-            let host = rng.below(nodes as u64) as usize;
-            let other = (host + 1 + rng.below(nodes as u64 - 1) as usize) % nodes;
-            let fault = match kinds[rng.below(kinds.len() as u64) as usize] {
-                0 => Fault::Crash { host, for_ms },
-                1 => Fault::Pause { host, for_ms },
-                2 => Fault::Partition { side: vec![host], for_ms },
-                3 => Fault::OneWay { from: host, to: other, for_ms },
-                4 => Fault::Jitter { ms: 20 + rng.below(300), for_ms },
-                5 => Fault::Reset { a: host, b: other },
-                6 => Fault::JournalDown { for_ms: for_ms.min(3_000) },
-                7 => Fault::SlowCommits { ms: 50 + rng.below(1_500), for_ms },
-                8 => Fault::CommitUnknown { pct: 10 + rng.below(40), for_ms },
-                9 => Fault::StoreDown { for_ms: for_ms.min(2_500) },
-                10 => Fault::Leave { host, for_ms },
-                _ if !joined => {
-                    joined = true;
-                    Fault::Join { host: nodes }
-                }
-                _ => Fault::Crash { host, for_ms },
-            };
-            faults.push((at, fault));
-        }
-        Schedule { seed, mode, faults, nodes }
-    }
-
-    /// Whether the membership promises one owner under every fault of the schedule.
-    pub fn promises_one_owner(&self) -> bool {
-        !self.faults.iter().any(|(_, f)| f.outside_promise(self.mode))
-    }
-}
+pub const ACCOUNTS: usize = 5;
 
 /// What a run left to check.
 pub struct Outcome {
@@ -262,7 +47,7 @@ pub struct Outcome {
 }
 
 /// A node and its accounts, once built.
-type Slot = Arc<Mutex<Option<(Cluster, SimAccounts)>>>;
+pub type Slot = Arc<Mutex<Option<(Cluster, SimAccounts)>>>;
 
 /// One host: a node's runtime, or nothing while it is down.
 struct Host {
@@ -285,8 +70,7 @@ struct World {
     journal: Arc<InMemoryJournal>,
     faults: Arc<Mutex<JournalFaults>>,
     store: InMemoryStore,
-    history: Arc<Mutex<Vec<Operation>>>,
-    in_flight: Arc<Mutex<BTreeMap<u64, Operation>>>,
+    record: Record,
     trace: Vec<String>,
     tracing: bool,
     /// Restores at these times.
@@ -328,8 +112,7 @@ pub fn run(sched: Schedule, sab: Sabotage, tracing: bool) -> Outcome {
         journal,
         faults,
         store: InMemoryStore::new(),
-        history: Arc::default(),
-        in_flight: Arc::default(),
+        record: Record::default(),
         trace: Vec::new(),
         tracing,
         pending: Vec::new(),
@@ -342,7 +125,10 @@ pub fn run(sched: Schedule, sab: Sabotage, tracing: bool) -> Outcome {
     let client = w.add_host("client".into(), CLIENT_IP);
     w.start(client);
     let answered: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
-    w.spawn_clients(client, answered.clone());
+    if let Some(rt) = &w.hosts[client].rt {
+        let origin = w.target() - Duration::from_millis(w.now_ms);
+        clients::spawn(rt, w.hosts[client].node.clone(), origin, w.sched.seed, &w.record, answered.clone());
+    }
     let faults = w.sched.faults.clone();
     let mut next = 0;
     let end = HEAL_AT + ANSWER_WITHIN;
@@ -381,9 +167,9 @@ pub fn run(sched: Schedule, sab: Sabotage, tracing: bool) -> Outcome {
             drop(rt);
         }
     }
-    let mut history = std::mem::take(&mut *w.history.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut history = std::mem::take(&mut *w.record.history.lock().unwrap_or_else(|e| e.into_inner()));
     let end_us = w.now_ms * 1_000;
-    for (_, mut o) in std::mem::take(&mut *w.in_flight.lock().unwrap_or_else(|e| e.into_inner())) {
+    for (_, mut o) in std::mem::take(&mut *w.record.in_flight.lock().unwrap_or_else(|e| e.into_inner())) {
         o.complete_us = end_us;
         history.push(o);
     }
@@ -392,7 +178,7 @@ pub fn run(sched: Schedule, sab: Sabotage, tracing: bool) -> Outcome {
     Outcome { history, decided: DECIDED.with(|d| d.take()), journal_ops, unanswered, trace: w.trace, steps }
 }
 
-fn account(i: usize) -> String {
+pub fn account(i: usize) -> String {
     format!("acct-{i}")
 }
 
@@ -464,6 +250,8 @@ impl World {
         // The host's software: what `shardline node` does, a node fenced by its membership
         // rejoins as a new incarnation once its old lease has lapsed.
         rt.spawn(async move {
+            // After a fence, as `shardline node` does (a first seed then forms no cluster alone).
+            let mut rejoining = false;
             loop {
                 let mut b = Cluster::builder()
                     .cluster_name("sim")
@@ -472,17 +260,24 @@ impl World {
                     .network(network.clone());
                 b = match mode {
                     Mode::Leases => b.membership(Leases::new(Arc::new(store.clone()), "sim", LeaseConfig::default())),
-                    Mode::Gossip => b.membership(
-                        Gossip::new([seed.clone()])
-                            .with_config(GossipConfig::with_split_brain(SplitBrainPolicy::KeepMajority, 5_000)),
-                    ),
+                    Mode::Gossip => {
+                        let g = Gossip::new([seed.clone()])
+                            .with_config(GossipConfig::with_split_brain(SplitBrainPolicy::KeepMajority, 5_000));
+                        b.membership(if rejoining { g.rejoining() } else { g })
+                    }
                 };
                 if proxy {
                     b = b.proxy();
                 }
+                // As `shardline node` does: a node that cannot join yet (the coordination store
+                // is down) tries again a second later.
                 let node = match b.build().await {
                     Ok(n) => n,
-                    Err(e) => panic!("{name} did not start: {e}"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot join yet");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        continue;
+                    }
                 };
                 let mut settings = account_settings(SHARDS);
                 if !proxy {
@@ -495,6 +290,7 @@ impl World {
                     };
                 *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some((node.clone(), accounts));
                 let _ = node.downed().await;
+                rejoining = true;
                 *slot.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 node.crash();
                 drop(node);
@@ -647,150 +443,5 @@ impl World {
                 self.start(i);
             }
         }
-    }
-
-    /// The clients, on the proxy node: each asks with request ids and retries as the demo's
-    /// driver does, and reads; after the heal, one audits every account until it answers.
-    fn spawn_clients(&mut self, client: usize, answered: Arc<Mutex<BTreeMap<String, u64>>>) {
-        let Some(rt) = &self.hosts[client].rt else { return };
-        let slot = self.hosts[client].node.clone();
-        let origin = self.target() - Duration::from_millis(self.now_ms);
-        let mut rng = Rng::new(self.sched.seed ^ 0xC11E);
-        let next_op = Arc::new(std::sync::atomic::AtomicU64::new(1));
-        let finished = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        for c in 0..CLIENTS {
-            let finished = finished.clone();
-            let slot = slot.clone();
-            let history = self.history.clone();
-            let mut rng = Rng::new(rng.next());
-            let next_op = next_op.clone();
-            let in_flight = self.in_flight.clone();
-            rt.spawn(async move {
-                let now_us = move || (Instant::now() - origin).as_micros() as u64;
-                while now_us() < HEAL_AT * 1_000 {
-                    // The proxy node's current incarnation (it rejoins when fenced).
-                    let accounts = wait_for_accounts(&slot).await;
-                    let a = account(rng.below(ACCOUNTS as u64) as usize);
-                    let op = next_op.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let key = op;
-                    let amount = 1 + rng.below(50) as i64;
-                    let (cmd, kind) = match rng.below(10) {
-                        0..=5 => (AccountCmd::Deposit { op, amount }, Kind::Deposit),
-                        6 => (AccountCmd::Withdraw { op, amount }, Kind::Withdraw),
-                        7 | 8 => (AccountCmd::Balance, Kind::Balance),
-                        _ => (AccountCmd::Audit, Kind::Audit),
-                    };
-                    let write = matches!(kind, Kind::Deposit | Kind::Withdraw);
-                    let rid = write.then(|| RequestId::new(format!("c{c}-{op}")));
-                    let invoke_us = now_us();
-                    let (op, amount) = if write { (op, amount) } else { (0, 0) };
-                    // Until it ends, it is in flight: a run that stops first records it as of
-                    // unknown outcome.
-                    let unknown = Err(Error::OutcomeUnknown("in flight when the run ended".into()));
-                    let o = operation(a.clone(), kind, op, amount, rid.as_ref(), invoke_us, u64::MAX, &unknown);
-                    in_flight.lock().unwrap_or_else(|e| e.into_inner()).insert(key, o);
-                    let r = ask_retrying(&accounts, &a, cmd, rid.clone()).await;
-                    in_flight.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
-                    let o = operation(a, kind, op, amount, rid.as_ref(), invoke_us, now_us(), &r);
-                    history.lock().unwrap_or_else(|e| e.into_inner()).push(o);
-                    tokio::time::sleep(Duration::from_millis(rng.below(40))).await;
-                }
-                finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            });
-        }
-        let history = self.history.clone();
-        rt.spawn(async move {
-            let now_us = move || (Instant::now() - origin).as_micros() as u64;
-            // Audits after the last write has ended: they list every write, so every read
-            // has a place in the log.
-            while now_us() < HEAL_AT * 1_000 || finished.load(std::sync::atomic::Ordering::Relaxed) < CLIENTS {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            for i in 0..ACCOUNTS {
-                let a = account(i);
-                loop {
-                    let accounts = wait_for_accounts(&slot).await;
-                    let invoke_us = now_us();
-                    let r = accounts.ask(&a, AccountCmd::Audit).await;
-                    let ok = r.is_ok();
-                    let o = operation(a.clone(), Kind::Audit, 0, 0, None, invoke_us, now_us(), &r);
-                    history.lock().unwrap_or_else(|e| e.into_inner()).push(o);
-                    if ok {
-                        answered.lock().unwrap_or_else(|e| e.into_inner()).insert(a.clone(), now_us() / 1_000);
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            }
-        });
-    }
-}
-
-async fn wait_for_accounts(slot: &Slot) -> SimAccounts {
-    loop {
-        let node = slot.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        if let Some((_, accounts)) = node {
-            return accounts;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Asks, resending the same request id while the answer may be lost (as the demo's driver does).
-async fn ask_retrying(
-    accounts: &SimAccounts,
-    id: &str,
-    cmd: AccountCmd,
-    rid: Option<RequestId>,
-) -> Result<AccountReply, Error> {
-    let mut tries = 0;
-    loop {
-        let r = match &rid {
-            Some(rid) => accounts.ask_with_request_id(id, cmd.clone(), rid.clone()).await,
-            None => accounts.ask(id, cmd.clone()).await,
-        };
-        match r {
-            Err(e) if tries < 3 && (rid.is_some() || e.processed() == Processed::No) && retryable(&e) => {
-                tries += 1;
-                tokio::time::sleep(Duration::from_millis(200 << tries)).await;
-            }
-            r => return r,
-        }
-    }
-}
-
-fn retryable(e: &Error) -> bool {
-    !matches!(e, Error::Rejected(_) | Error::RequestExpired(_))
-}
-
-#[allow(clippy::too_many_arguments)]
-fn operation(
-    account: String,
-    kind: Kind,
-    op: u64,
-    amount: i64,
-    rid: Option<&RequestId>,
-    invoke_us: u64,
-    complete_us: u64,
-    r: &Result<AccountReply, Error>,
-) -> Operation {
-    let write = matches!(kind, Kind::Deposit | Kind::Withdraw);
-    let (outcome, reply) = match r {
-        Ok(r) => (Answer::Ok, Some(r)),
-        Err(e) if e.processed() == Processed::No => (Answer::NotApplied, None),
-        Err(_) => (Answer::Unknown, None),
-    };
-    Operation {
-        account,
-        kind,
-        op,
-        amount,
-        request_id: rid.map(|r| r.key().to_string()),
-        invoke_us,
-        complete_us,
-        outcome,
-        applied: reply.filter(|_| write).map(|r| r.applied),
-        balance: reply.map(|r| r.balance),
-        ops: reply.filter(|_| kind == Kind::Audit).map(|r| r.ops.clone()),
     }
 }

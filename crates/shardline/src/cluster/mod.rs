@@ -138,6 +138,9 @@ impl Cluster {
     /// Fences this node if its lease ran out (a paused process wakes up here before its
     /// provider notices). Must not be called with an engine or the coordinators locked.
     pub(super) fn fence_if_lapsed(&self) {
+        if crate::sabotage::is(crate::sabotage::Sabotage::IgnoreLease) {
+            return;
+        }
         if self.inner.node.lease().is_some_and(|l| l.has_lapsed()) {
             self.fence("lease ran out");
         }
