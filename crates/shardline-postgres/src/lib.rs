@@ -136,9 +136,13 @@ async fn connect(config: &PostgresConfig) -> Result<Client, JournalError> {
     });
     let schema = &config.schema;
     let statement_ms = config.timeout.as_millis();
+    // `CREATE SCHEMA IF NOT EXISTS` is not safe against itself: node processes that start
+    // together on a fresh database raced, and all but one failed on the catalog's unique index.
+    // One at a time, under a lock held until the commit.
     client
         .batch_execute(&format!(
-            "CREATE SCHEMA IF NOT EXISTS {schema}; SET search_path TO {schema};
+            "BEGIN; SELECT pg_advisory_xact_lock(hashtext('shardline-schema-{schema}'));
+             CREATE SCHEMA IF NOT EXISTS {schema}; COMMIT; SET search_path TO {schema};
              SET statement_timeout = {statement_ms}; SET idle_in_transaction_session_timeout = {statement_ms}"
         ))
         .await

@@ -51,6 +51,20 @@ async fn two_nodes_on_one_schema_share_fences_and_history() {
     drop_schema(&s).await;
 }
 
+/// Node processes that start together on a fresh database all open the journal: the schema is
+/// created once, not raced for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_that_start_together_all_open_a_fresh_schema() {
+    let s = schema("together");
+    let opens = (0..8).map(|_| PostgresJournal::connect(PostgresConfig::new(url()).schema(&s)));
+    for r in futures_util::future::join_all(opens).await {
+        if let Err(e) = r {
+            panic!("a node could not open the journal beside the others (PostgreSQL at {}): {e}", url());
+        }
+    }
+    drop_schema(&s).await;
+}
+
 /// A schema written by a newer version is refused, not misread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schema_from_a_newer_version_is_refused() {
