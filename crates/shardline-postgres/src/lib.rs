@@ -153,12 +153,14 @@ async fn connect(config: &PostgresConfig) -> Result<Client, JournalError> {
 /// Maps a database error: a lost connection or an unreachable server is `Unavailable`; a
 /// duplicate key (another process appended the same sequence numbers) is left to the caller.
 fn db(e: tokio_postgres::Error) -> JournalError {
+    // The server's own message, not just "db error".
+    let text = e.as_db_error().map_or_else(|| e.to_string(), |d| d.to_string());
     match e.code() {
-        None => JournalError::Unavailable(e.to_string()),
+        None => JournalError::Unavailable(text),
         Some(c) if *c == SqlState::ADMIN_SHUTDOWN || *c == SqlState::CANNOT_CONNECT_NOW => {
-            JournalError::Unavailable(e.to_string())
+            JournalError::Unavailable(text)
         }
-        Some(_) => JournalError::Failed(e.as_db_error().map_or_else(|| e.to_string(), |d| d.to_string())),
+        Some(_) => JournalError::Failed(text),
     }
 }
 

@@ -106,7 +106,15 @@ impl Server {
             .expect("postgres starts");
         self.child = Some(child);
         let start = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        // The port opens before the server accepts sessions ("the database system is starting
+        // up"): wait until it answers as a database.
+        let ready = || {
+            Command::new(self.bin.join("pg_isready"))
+                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        while !ready() {
             assert!(start.elapsed() < Duration::from_secs(30), "the test's PostgreSQL did not come up");
             std::thread::sleep(Duration::from_millis(50));
         }
