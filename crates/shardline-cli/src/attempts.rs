@@ -15,7 +15,7 @@ use shardline::{Error, Processed};
 /// use shardline_cli::attempts::Attempts;
 ///
 /// let mut attempts = Attempts::default();
-/// attempts.failed(&Error::Timeout("no reply within 5s".into()));
+/// attempts.failed(&Error::Timeout(std::time::Duration::from_secs(5)));
 /// let last = Error::Unavailable("this node cannot route the message".into());
 /// assert_eq!(last.processed(), Processed::No);
 /// assert_eq!(attempts.verdict(last).processed(), Processed::Maybe);
