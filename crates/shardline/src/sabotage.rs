@@ -24,6 +24,11 @@ pub enum Sabotage {
     /// An event-sourced entity answers as if its append had committed, whatever the journal
     /// said.
     AckBeforeCommit,
+    /// An event-sourced entity does not look in the replies it holds, as an instance whose
+    /// state is not the journal's would not know them (a second instance, a recovery that raced
+    /// an append). The journal refuses the retry, so nothing is applied twice; the entity's watch
+    /// for a request applied behind its back must count it.
+    ForgetReplies,
 }
 
 #[cfg(feature = "sabotage")]

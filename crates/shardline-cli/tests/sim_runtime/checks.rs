@@ -111,6 +111,14 @@ pub fn all(sched: &Schedule, o: &Outcome) -> (u64, Vec<String>) {
         v.extend(lin.into_iter().map(|s| format!("(c) {s}")));
     }
     v.extend(exactly_once(&o.history, &o.journal_ops).into_iter().map(|s| format!("(b) {s}")));
+    if o.unknown_duplicates > 0 {
+        // The journal refused these, so nothing is in it twice; but an instance whose state was
+        // not the journal's decided them (replay the seed: the entity logs each one).
+        v.push(format!(
+            "(b) the journal refused {} requests as applied already behind their instance's back",
+            o.unknown_duplicates
+        ));
+    }
     let tag = if sched.mode == Mode::Gossip { LIVENESS } else { "" };
     v.extend(answers_after_heal(o).into_iter().map(|s| format!("{tag}(d) {s}")));
     (reads, v)

@@ -9,7 +9,8 @@
 //! leaves and joins. After every schedule: (a) no two instances of one account decide commands
 //! at once, on the memberships that promise it (leases always; gossip without pauses and one-way
 //! cuts, as the README's table says); (b) every acknowledged write is in the journal exactly
-//! once and nothing answered "not applied" is; (c) reads are linearizable per account (the
+//! once and nothing answered "not applied" is, and no entity had a request refused by the
+//! journal as applied already behind its instance's back; (c) reads are linearizable per account (the
 //! history checker of `shardline check`); (d) every account answers within 40 s of the heal.
 //!
 //! Seeds are drawn fresh on every run and printed. `SHARDLINE_SIM_RUNTIME_SCHEDULES` raises the
@@ -221,7 +222,7 @@ const QUIET: FaultMix = FaultMix {
     membership_changes: false,
 };
 
-const CATCHES: [Catch; 3] = [
+const CATCHES: [Catch; 4] = [
     Catch {
         name: "ignore_lease",
         sabotage: Sabotage::IgnoreLease,
@@ -242,6 +243,13 @@ const CATCHES: [Catch; 3] = [
         mix: FaultMix { journal: true, ..QUIET },
         mode: Mode::Leases,
         expect: "(b)",
+    },
+    Catch {
+        name: "forget_replies",
+        sabotage: Sabotage::ForgetReplies,
+        mix: FaultMix { journal: true, ..QUIET },
+        mode: Mode::Leases,
+        expect: "(b) the journal refused",
     },
 ];
 
@@ -279,4 +287,11 @@ fn sim_runtime_catches_a_runtime_that_skips_the_request_id_lookup() {
 #[test]
 fn sim_runtime_catches_a_runtime_that_acknowledges_before_the_commit() {
     caught("ack_before_commit", 20);
+}
+
+/// The watch behind the journal's own refusal: an instance that does not know a request it
+/// applied (its state is not the journal's) is counted, though nothing is applied twice.
+#[test]
+fn sim_runtime_catches_an_instance_that_does_not_know_its_replies() {
+    caught("forget_replies", 20);
 }

@@ -1,7 +1,12 @@
 //! What the world sees from inside the nodes: which instance of an account decided each
-//! command, on which host and when, and the panics of the nodes' tasks.
+//! command, on which host and when, the panics of the nodes' tasks, and the runtime's own watch
+//! for a request applied behind an instance's back.
 
 use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use metrics::{Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 
 use serde::{Deserialize, Serialize};
 use shardline::entity::{EventSourced, EventSourcedHandle};
@@ -90,3 +95,56 @@ impl EventSourced for SimAccount {
 }
 
 pub type SimAccounts = EventSourcedHandle<SimAccount>;
+
+/// The counter an entity raises when the journal refuses a request as applied already while
+/// the instance held every reply the journal keeps (`shardline_entity_unknown_duplicates_total`):
+/// its state was not the journal's, from a second instance or a recovery that raced an append.
+/// The journal's refusal keeps that from applying anything twice, so check (b) cannot see it;
+/// this counter can. Installed per schedule thread, as the nodes all run on it.
+pub struct UnknownDuplicates(Arc<AtomicU64>);
+
+const WATCHED: &str = "shardline_entity_unknown_duplicates_total";
+
+impl UnknownDuplicates {
+    pub fn new() -> Self {
+        UnknownDuplicates(Arc::default())
+    }
+
+    pub fn count(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+struct Count(Arc<AtomicU64>);
+
+impl CounterFn for Count {
+    fn increment(&self, value: u64) {
+        self.0.fetch_add(value, Ordering::Relaxed);
+    }
+
+    fn absolute(&self, value: u64) {
+        self.0.fetch_max(value, Ordering::Relaxed);
+    }
+}
+
+impl Recorder for UnknownDuplicates {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        if key.name() == WATCHED {
+            Counter::from_arc(Arc::new(Count(self.0.clone())))
+        } else {
+            Counter::noop()
+        }
+    }
+
+    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::noop()
+    }
+
+    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+        Histogram::noop()
+    }
+}

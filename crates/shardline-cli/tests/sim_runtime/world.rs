@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use super::clients::{self, Record};
 use super::faulty::{FaultyJournal, JournalFaults};
 use super::net::SimNet;
-use super::observed::{record_panics, Decided, SimAccount, SimAccounts, CURRENT, DECIDED, NOW_MS};
+use super::observed::{record_panics, Decided, SimAccount, SimAccounts, UnknownDuplicates, CURRENT, DECIDED, NOW_MS};
 use super::schedule::{Fault, Mode, Schedule, ANSWER_WITHIN, HEAL_AT};
 
 /// Each host's runtime runs this long per step.
@@ -42,6 +42,9 @@ pub struct Outcome {
     pub journal_ops: BTreeMap<String, Vec<u64>>,
     /// Accounts that did not answer within `ANSWER_WITHIN` of the heal.
     pub unanswered: Vec<String>,
+    /// How often an entity's request was refused by the journal as applied already behind its
+    /// instance's back (see [`UnknownDuplicates`]).
+    pub unknown_duplicates: u64,
     pub trace: Vec<String>,
     pub steps: u64,
 }
@@ -101,6 +104,8 @@ pub fn run(sched: Schedule, sab: Sabotage, tracing: bool) -> Outcome {
     sabotage::set(sab);
     record_panics();
     DECIDED.with(|d| d.borrow_mut().clear());
+    let watch = UnknownDuplicates::new();
+    let _watching = metrics::set_default_local_recorder(&watch);
     let net = SimNet::new(sched.seed.rotate_left(17));
     let journal = Arc::new(InMemoryJournal::new());
     let faults = Arc::new(Mutex::new(JournalFaults::default()));
@@ -175,7 +180,15 @@ pub fn run(sched: Schedule, sab: Sabotage, tracing: bool) -> Outcome {
     }
     let journal_ops = read_journal(&w.journal);
     sabotage::set(Sabotage::None);
-    Outcome { history, decided: DECIDED.with(|d| d.take()), journal_ops, unanswered, trace: w.trace, steps }
+    Outcome {
+        history,
+        decided: DECIDED.with(|d| d.take()),
+        journal_ops,
+        unanswered,
+        unknown_duplicates: watch.count(),
+        trace: w.trace,
+        steps,
+    }
 }
 
 pub fn account(i: usize) -> String {

@@ -245,7 +245,8 @@ impl<T: EventSourced> Persistent<T> {
             self.recover(ctx, &pid).await?;
         }
         if let Some(rid) = &msg.request_id {
-            if let Some(r) = self.replies.iter().find(|r| r.request_id == rid.key()) {
+            let known = self.replies.iter().find(|r| r.request_id == rid.key());
+            if let Some(r) = known.filter(|_| !sabotage::is(Sabotage::ForgetReplies)) {
                 // Handled before: its reply, and nothing applied again.
                 return decode_reply(&pid, rid.key(), &r.reply);
             }
