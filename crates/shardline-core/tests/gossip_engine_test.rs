@@ -537,3 +537,62 @@ fn a_member_that_hears_nothing_loses_a_tie_and_downs_itself() {
     assert!(!downed_b, "a won the tie from silence: {:?}", net.events);
     assert!(net.logged("a", &GossipEvent::DeclaredDown), "a downed itself: {:?}", net.events);
 }
+
+/// The only seed, restarted while the cluster it started runs on (a term floor above zero: the
+/// journal holds fences), has no other seed to try: it waits for the members that outlived it,
+/// which announce to its address, and joins them. Starting a cluster at once, it led a second one
+/// beside them that never merged (found by the runtime simulation).
+#[test]
+fn the_only_seed_restarted_joins_the_cluster_that_outlived_it_instead_of_starting_one() {
+    let mut net = Net::new();
+    net.start("a", 1, &["a"]);
+    net.start("b", 2, &["a"]);
+    net.start("c", 3, &["a"]);
+    net.run(5_000);
+    net.silent.insert("a:7000".into());
+    net.run(12_000);
+    assert_eq!(net.view("b").leader.map(|(l, _)| l), Some(NodeId::new("b", 2)), "b leads once a is down");
+    net.silent.clear();
+    let restarted = net.events.len();
+    net.start_with("a", 9, &["a"], GossipConfig { term_floor: 1 << 33, ..GossipConfig::default() });
+    net.run(30_000);
+    let led = net.events[restarted..].iter().any(|(n, e)| n == "a:7000" && matches!(e, GossipEvent::Leads { .. }));
+    assert!(!led, "the restarted seed led a cluster of its own: {:?}", &net.events[restarted..]);
+    for n in ["a", "b", "c"] {
+        assert_eq!(net.view(n).leader.map(|(l, _)| l), Some(NodeId::new("b", 2)), "{n}");
+    }
+    // Alone (a single-node cluster restarted), it still starts one after the wait.
+    let mut net = Net::new();
+    net.start_with("a", 1, &["a"], GossipConfig { term_floor: 1 << 33, ..GossipConfig::default() });
+    net.run(10_000);
+    assert_eq!(net.view("a").leader.map(|(l, _)| l), Some(NodeId::new("a", 1)));
+}
+
+/// A fence in the journal above the cluster's terms (a cluster led apart from it took the
+/// shard), told to any member: the leader hears of it through that member's status and takes a
+/// term above it, so that its coordinator's epochs pass the fence.
+#[test]
+fn a_fence_above_the_clusters_terms_told_to_any_member_makes_the_leader_outbid_it() {
+    let mut net = Net::new();
+    net.start("a", 1, &["a"]);
+    net.start("b", 2, &["a"]);
+    net.start("c", 3, &["a"]);
+    net.run(5_000);
+    let (leader, before) = net.view("a").leader.expect("a leads");
+    assert_eq!(leader, NodeId::new("a", 1));
+    let fence = before + (5 << 32);
+    let now = net.now;
+    net.nodes.get_mut("c:7000").unwrap().handle_fenced_above(now, fence);
+    net.run(now + 15_000);
+    for n in ["a", "b", "c"] {
+        let (leader, term) = net.view(n).leader.unwrap_or_else(|| panic!("{n} sees no leader"));
+        assert_eq!(leader, NodeId::new("a", 1), "{n}");
+        assert!(term > fence, "{n}: the leader's term {term} is not above the fence {fence}");
+    }
+    // Told again, or of a lower fence, it changes nothing.
+    let (_, term) = net.view("a").leader.unwrap();
+    let now = net.now;
+    net.nodes.get_mut("b:7000").unwrap().handle_fenced_above(now, fence);
+    net.run(now + 10_000);
+    assert_eq!(net.view("a").leader.map(|(_, t)| t), Some(term));
+}

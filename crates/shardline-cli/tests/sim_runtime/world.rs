@@ -274,8 +274,20 @@ impl World {
                 b = match mode {
                     Mode::Leases => b.membership(Leases::new(Arc::new(store.clone()), "sim", LeaseConfig::default())),
                     Mode::Gossip => {
+                        // As `shardline node` does: terms start above the journal's fences (a
+                        // proxy has no journal).
+                        let floor = if proxy { Ok(0) } else { journal.highest_term().await };
+                        let floor = match floor {
+                            Ok(f) => f,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "cannot read the journal yet");
+                                tokio::time::sleep(Duration::from_secs(1)).await;
+                                continue;
+                            }
+                        };
                         let g = Gossip::new([seed.clone()])
-                            .with_config(GossipConfig::with_split_brain(SplitBrainPolicy::KeepMajority, 5_000));
+                            .with_config(GossipConfig::with_split_brain(SplitBrainPolicy::KeepMajority, 5_000))
+                            .term_floor(floor);
                         b.membership(if rejoining { g.rejoining() } else { g })
                     }
                 };

@@ -43,7 +43,9 @@ pub struct GossipConfig {
     pub status_every_ms: u64,
     /// Terms start above this (a cluster restarted on a journal whose fences reached it). Above
     /// zero, a cluster ran before: the first seed then starts one as a node that rejoins does
-    /// (see [`rejoin`](Self::rejoin)).
+    /// (see [`rejoin`](Self::rejoin)), and the only seed waits two announce periods for the
+    /// members that outlived it. The runtime raises it when the journal refuses a claim with a
+    /// fence above the cluster's terms ([`GossipEngine::handle_fenced_above`]).
     pub term_floor: Term,
     /// How long the first seed tries the other seeds before it starts a cluster alone (a
     /// restarted first seed must rejoin, not start a second cluster).
@@ -308,12 +310,21 @@ impl GossipEngine {
         );
         // Only the first seed may start a cluster, after trying the others for a moment; with no
         // other seed it starts at once, so that a single node works without waiting. A first seed
-        // that rejoins (see `GossipConfig::rejoin`) starts one only as `lead` allows.
+        // that rejoins (see `GossipConfig::rejoin`) starts one only as `lead` allows. The only
+        // seed, restarted (a cluster ran before: `term_floor`), has nobody to try: the members
+        // that outlived it announce to its address, so it waits two of their announce periods
+        // before it starts a cluster alone. Starting at once, it led a second cluster beside the
+        // one that outlived it, which never merged (both led; the journal fenced one of them). A
+        // node given no seed at all is a cluster of its own by design, and starts at once.
         let others = seeds.iter().filter(|a| **a != me.addr).count();
         let first = seeds.is_empty() || seeds.first() == Some(&me.addr);
         let rejoining_seed = first && (config.rejoin || config.term_floor > 0) && others > 0;
-        let bootstrap_at =
-            (first && !rejoining_seed).then(|| now + if others == 0 { 0 } else { config.bootstrap_grace_ms });
+        let grace = match (seeds.len(), others, config.term_floor) {
+            (0, ..) | (_, 0, 0) => 0,
+            (_, 0, _) => config.bootstrap_grace_ms.max(2 * config.announce_every_ms + config.probe_period_ms),
+            _ => config.bootstrap_grace_ms,
+        };
+        let bootstrap_at = (first && !rejoining_seed).then(|| now + grace);
         let seeds: Vec<GossipId> = seeds.iter().filter(|a| **a != me.addr).map(GossipId::seed).collect();
         let mut e = GossipEngine {
             config,
@@ -433,6 +444,25 @@ impl GossipEngine {
         self.status = MemberStatus::Removed;
         self.broadcast_status(now);
         let _ = self.foca.leave_cluster(&mut self.runtime);
+        self.after(now);
+    }
+
+    /// The journal holds a shard's fence at `term`, above the term this node's cluster claimed
+    /// it with: a cluster led apart from this one took it (a first seed restarted alone, the
+    /// other side of a partition), or this one did before all its members restarted and forgot
+    /// their terms. Terms start above it from now on. This node's status tells it, so that the
+    /// leader hears of it wherever the claim failed and outbids it, as it does a term another
+    /// member led in; without that, the cluster could never claim the shard again.
+    pub fn handle_fenced_above(&mut self, now: u64, term: Term) {
+        if term <= self.config.term_floor && term <= self.max_term {
+            return;
+        }
+        self.config.term_floor = self.config.term_floor.max(term);
+        if term > self.max_term {
+            self.max_term = term;
+            self.max_term_at = now;
+        }
+        self.broadcast_status(now);
         self.after(now);
     }
 

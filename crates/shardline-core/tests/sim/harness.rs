@@ -98,6 +98,34 @@ impl Run {
     }
 }
 
+/// Runs a test that must catch something (a broken engine, a rare path) on schedules nobody
+/// chose: batches of `batch` schedules from a fresh base seed each (printed), until `found` says
+/// a batch showed it or `cap` schedules ran. Returns every batch's result, the last one first. A
+/// fixed seed list would show the catch once and for all; fresh seeds show it again on every
+/// run, and the cap keeps a rare catch from failing by bad luck.
+pub fn until_found<T>(
+    test: &str,
+    batch: u64,
+    cap: u64,
+    mut run: impl FnMut(u64, u64) -> T,
+    found: impl Fn(&T) -> bool,
+) -> Vec<T> {
+    let mut out = Vec::new();
+    let mut ran = 0;
+    while ran < cap {
+        let base = fresh_seed();
+        let r = run(base, batch);
+        ran += batch;
+        let done = found(&r);
+        println!("{test}: {batch} schedules from base seed {base}: found {done}");
+        out.insert(0, r);
+        if done {
+            break;
+        }
+    }
+    out
+}
+
 /// The command that replays one schedule of `world` with its trace.
 pub fn replay_command(world: &World, seed: u64) -> String {
     format!(

@@ -92,12 +92,15 @@ fn sim_replay() {
 /// lets two nodes host it at once, and the simulation must see it.
 #[test]
 fn sim_catches_hand_off_without_shard_stopped() {
-    let Batch { failures, .. } = run_many(1_000_000, 300, |p| {
+    let tweak: fn(&mut Params) = |p| {
         p.broken_hand_off = true;
         p.faults = 3;
         p.strategy = 0;
-    });
-    println!("broken protocol: {} of 300 schedules caught", failures.len());
+    };
+    let batches =
+        harness::until_found("broken protocol", 100, 1_000, |b, n| run_many(b, n, tweak), |b| !b.failures.is_empty());
+    let failures = &batches[0].failures;
+    println!("broken protocol: {} of 100 schedules caught", failures.len());
     for (seed, v) in failures.iter().take(3) {
         println!("  seed {seed}: {v}");
     }
@@ -108,11 +111,14 @@ fn sim_catches_hand_off_without_shard_stopped() {
 /// from members it cannot reach, and the simulation must see it.
 #[test]
 fn sim_catches_hand_off_with_an_unreachable_member() {
-    let Batch { failures, unreachable, .. } = run_many(3_000_000, 300, |p| {
+    let tweak: fn(&mut Params) = |p| {
         p.broken_reachability = true;
         p.faults = p.faults.max(4);
-    });
-    println!("coordinator ignoring reachability: {} of 300 schedules caught ({unreachable} marks)", failures.len());
+    };
+    let caught = |b: &Batch| b.failures.iter().any(|(_, v)| v.contains("reach:"));
+    let batches = harness::until_found("unreachable", 200, 2_000, |b, n| run_many(b, n, tweak), caught);
+    let Batch { failures, unreachable, .. } = &batches[0];
+    println!("coordinator ignoring reachability: {} of 200 schedules caught ({unreachable} marks)", failures.len());
     for (seed, v) in failures.iter().take(3) {
         println!("  seed {seed}: {v}");
     }
@@ -126,17 +132,20 @@ fn sim_catches_hand_off_with_an_unreachable_member() {
 /// invariants hold with two coordinators of different terms at once.
 #[test]
 fn sim_deposes_stale_coordinators() {
-    let batch = run_many(2_000_000, 200, |p| {
+    let tweak: fn(&mut Params) = |p| {
         p.with_store = true;
         p.stale_leaders = true;
         p.faults = p.faults.max(3);
-    });
-    println!("stale leaders: {} violations, {} coordinators deposed", batch.failures.len(), batch.deposed);
-    for (seed, v) in batch.failures.iter().take(5) {
+    };
+    let batches = harness::until_found("stale leaders", 200, 2_000, |b, n| run_many(b, n, tweak), |b| b.deposed > 0);
+    let failures: Vec<&(u64, String)> = batches.iter().flat_map(|b| &b.failures).collect();
+    let deposed: u64 = batches.iter().map(|b| b.deposed).sum();
+    println!("stale leaders: {} violations, {deposed} coordinators deposed", failures.len());
+    for (seed, v) in failures.iter().take(5) {
         println!("  seed {seed}: {v}");
     }
-    assert!(batch.failures.is_empty(), "{} schedules with stale leaders violated an invariant", batch.failures.len());
-    assert!(batch.deposed > 0, "no stale coordinator was ever deposed: the path is not exercised");
+    assert!(failures.is_empty(), "{} schedules with stale leaders violated an invariant", failures.len());
+    assert!(deposed > 0, "no stale coordinator was ever deposed: the path is not exercised");
 }
 
 /// Same seed, same run: every event and its time hash to the same value.

@@ -76,11 +76,14 @@ fn sim_gossip_replay() {
 /// of a side that has not stopped yet.
 #[test]
 fn sim_gossip_catches_a_missing_down_margin() {
-    let (failures, _) = run_many(2_000_000, 300, |p| {
+    let tweak: fn(&mut Params) = |p| {
         p.resolver = true;
         p.broken_margin = true;
         p.faults = p.faults.max(3);
-    });
+    };
+    let caught = |r: &(Vec<(u64, String)>, u64)| r.0.iter().any(|(_, v)| v.contains("G3"));
+    let batches = harness::until_found("no down margin", 300, 3_000, |b, n| run_many(b, n, tweak), caught);
+    let (failures, _) = &batches[0];
     println!("no down margin: {} of 300 schedules caught", failures.len());
     for (seed, v) in failures.iter().take(3) {
         println!("  seed {seed}: {v}");
@@ -95,10 +98,13 @@ fn sim_gossip_catches_a_missing_down_margin() {
 /// without it (they stay `Joining` there), and the simulation must see it.
 #[test]
 fn sim_gossip_catches_a_status_told_only_once() {
-    let (failures, _) = run_many(1_000_000, 200, |p| {
+    let tweak: fn(&mut Params) = |p| {
         p.broken_status = true;
         p.faults = p.faults.max(3);
-    });
+    };
+    let caught = |r: &(Vec<(u64, String)>, u64)| r.0.iter().any(|(_, v)| v.contains("G2"));
+    let batches = harness::until_found("status told only once", 200, 2_000, |b, n| run_many(b, n, tweak), caught);
+    let (failures, _) = &batches[0];
     println!("status told only once: {} of 200 schedules caught", failures.len());
     for (seed, v) in failures.iter().take(3) {
         println!("  seed {seed}: {v}");

@@ -96,10 +96,13 @@ fn sim_lease_replay() {
 /// request hosts past its key's expiry when an answer is late, and the simulation must see it.
 #[test]
 fn sim_lease_catches_a_lease_counted_from_the_answer() {
-    let (failures, _) = run_many(1_000_000, 300, |p| {
+    let tweak: fn(&mut Params) = |p| {
         p.broken_lease_start = true;
         p.faults = p.faults.max(4);
-    });
+    };
+    let caught = |r: &(Vec<(u64, String)>, Counters)| r.0.iter().any(|(_, v)| v.contains("L2"));
+    let batches = harness::until_found("lease from the answer", 300, 6_000, |b, n| run_many(b, n, tweak), caught);
+    let (failures, _) = &batches[0];
     println!("lease counted from the answer: {} of 300 schedules caught", failures.len());
     for (seed, v) in failures.iter().take(3) {
         println!("  seed {seed}: {v}");
@@ -122,7 +125,7 @@ fn sim_lease_is_deterministic() {
 /// partition keep hosting, and the check at each partition's end must see it.
 #[test]
 fn sim_lease_catches_a_split_brain_never_resolved() {
-    let (failures, _) = run_many(2_000_000, 100, |p| {
+    let tweak: fn(&mut Params) = |p| {
         p.nodes = p.nodes.max(2);
         p.faults = p.faults.clamp(1, 3);
         p.partitions_only = true;
@@ -133,7 +136,10 @@ fn sim_lease_catches_a_split_brain_never_resolved() {
         p.peer_checks = Some(c);
         p.active_ms = p.active_ms.max(p.faults as u64 * p.resolve_within() * 2);
         p.never_resolve = true;
-    });
+    };
+    let caught = |r: &(Vec<(u64, String)>, Counters)| r.0.iter().any(|(_, v)| v.contains("L4"));
+    let batches = harness::until_found("split brain never resolved", 100, 2_000, |b, n| run_many(b, n, tweak), caught);
+    let (failures, _) = &batches[0];
     println!("split brain never resolved: {} of 100 schedules caught", failures.len());
     assert!(failures.iter().any(|(_, v)| v.contains("L4")), "the simulation did not notice two sides hosting");
 }

@@ -188,7 +188,7 @@ impl ClusterBuilder {
         };
         let (down_tx, down_rx) = watch::channel(None);
         let inner = Arc::new(NodeInner {
-            node: Node::new(transport.clone(), clock, handle.lease, log),
+            node: Node::new(transport.clone(), clock, handle.lease, handle.control.clone(), log),
             addr,
             proxy: self.proxy,
             regions: RwLock::new(HashMap::new()),

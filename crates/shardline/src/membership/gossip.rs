@@ -76,7 +76,8 @@ impl Gossip {
     /// then starts no cluster while it reaches nobody, since the cluster that downed it may be
     /// just out of reach; it forms one only once the members it reaches are all restarted too
     /// ([`GossipConfig::rejoin`]). A term floor above zero (a journal whose fences show that a
-    /// cluster ran) has the same effect.
+    /// cluster ran) has the same effect; the only seed, which has nobody to try, waits two
+    /// announce periods for the members that outlived it before it starts a cluster alone.
     pub fn rejoining(mut self) -> Self {
         self.config.rejoin = true;
         self
@@ -157,6 +158,7 @@ impl Driver {
                         self.carry_out();
                         return;
                     }
+                    Some(Control::FencedAbove(term)) => self.engine.handle_fenced_above(self.clock.now_ms(), term),
                     Some(Control::Halt) | None => return,
                 },
                 d = data.recv() => match d {

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use shardline_core::{DomainEvent, Epoch, NodeId, ShardId, TypeKey};
+use shardline_core::{DomainEvent, Epoch, NodeId, ShardId, Term, TypeKey};
 use tokio::sync::broadcast;
 use tracing::info;
 
@@ -16,7 +16,7 @@ use super::deadlines::Deadlines;
 use super::message::NodeTransport;
 use super::pending::Pending;
 use crate::clock::Clock;
-use crate::membership::HostingLease;
+use crate::membership::{HostingLease, MembershipControl};
 
 /// The node as the sharding runtime sees it. Cheap to clone.
 #[derive(Clone)]
@@ -31,6 +31,8 @@ struct Shared {
     deadlines: Deadlines,
     clock: Clock,
     lease: Option<HostingLease>,
+    /// The membership's controls: where a fence found above this cluster's terms is told.
+    membership: Arc<dyn MembershipControl>,
     events: broadcast::Sender<(TypeKey, DomainEvent)>,
     log: Option<Mutex<std::fs::File>>,
     /// Each registered type's region, by the entity's Rust type (downcast by typed handles).
@@ -42,6 +44,7 @@ impl Node {
         transport: NodeTransport,
         clock: Clock,
         lease: Option<HostingLease>,
+        membership: Arc<dyn MembershipControl>,
         log: Option<std::fs::File>,
     ) -> Node {
         let (events, _) = broadcast::channel(4096);
@@ -53,6 +56,7 @@ impl Node {
                 deadlines: Deadlines::start(),
                 clock,
                 lease,
+                membership,
                 events,
                 log: log.map(Mutex::new),
                 typed: RwLock::new(HashMap::new()),
@@ -62,6 +66,12 @@ impl Node {
 
     pub fn id(&self) -> &NodeId {
         &self.shared.me
+    }
+
+    /// The journal refused a claim of this node's: a shard's fence is stored at `term`, above
+    /// the claim's (see [`MembershipControl::fenced_above`]).
+    pub fn fenced_above(&self, term: Term) {
+        self.shared.membership.fenced_above(term);
     }
 
     pub fn transport(&self) -> &NodeTransport {

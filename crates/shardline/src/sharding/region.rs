@@ -24,6 +24,7 @@ use super::envelope::{Body, Envelope, ReplyAddr, WireEnvelope};
 use super::host::{fail, HostEnv, ShardHost, LINGER};
 use super::settings::EntitySettings;
 use crate::error::Error;
+use crate::journal::JournalError;
 use crate::sharding::message::PeerMessage;
 use crate::sharding::node::Node;
 use crate::sharding::wakeup::{self, Timed, Wakeup};
@@ -249,7 +250,8 @@ impl<E: Entity> Region<E> {
                             // Claimed at once (one raise), awaited by the first entity that uses
                             // the journal; remembered entities restart once it is claimed.
                             let remember = self.settings.persistence.remember;
-                            tokio::spawn(claim_and_restart(host.clone(), claim, epoch, remember));
+                            let node = self.node.clone();
+                            tokio::spawn(claim_and_restart(node, host.clone(), claim, epoch, remember));
                         }
                         let restored = handover.map(|d| host.restore(&d)).unwrap_or(0);
                         info!(type_key = %self.type_key, %shard, %epoch, restored, "shard started");
@@ -424,6 +426,7 @@ fn from_wire<E: Entity>(msg: RegionMessage<WireEnvelope>, owe: Option<&Node>) ->
 /// Claims a started shard in the journal, then starts its remembered entities (when the type
 /// remembers them), at most `per_second` per second; stops early when the shard stops.
 async fn claim_and_restart<E: Entity>(
+    node: Node,
     host: Arc<ShardHost<E>>,
     claim: Arc<ShardClaim>,
     epoch: Epoch,
@@ -431,6 +434,12 @@ async fn claim_and_restart<E: Entity>(
 ) {
     if let Err(e) = claim.ensure(epoch).await {
         warn!(shard = %host.shard, %epoch, error = %e, "cannot claim the shard in the journal yet");
+        if let JournalError::Fenced { stored: Some(stored), .. } = e {
+            if stored.term > epoch.term {
+                // Fenced by a term this cluster never reached: its terms must start above it.
+                node.fenced_above(stored.term);
+            }
+        }
         return;
     }
     let Some(per_second) = remember else { return };

@@ -371,6 +371,8 @@ impl Driver {
                         // TTL), so that the others need not wait for them to expire.
                         while self.step().await {}
                     }
+                    // Lease terms come from the store, which orders them for every cluster on it.
+                    Some(Control::FencedAbove(_)) => {}
                     Some(Control::Halt) | None => {
                         // Downed by the split-brain resolver: hosting is revoked already, and the
                         // keys go before the node stops (bounded by the TTL), so that the
