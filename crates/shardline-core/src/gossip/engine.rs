@@ -44,8 +44,8 @@ pub struct GossipConfig {
     /// Terms start above this (a cluster restarted on a journal whose fences reached it). Above
     /// zero, a cluster ran before: the first seed then starts one as a node that rejoins does
     /// (see [`rejoin`](Self::rejoin)), and the only seed waits two announce periods for the
-    /// members that outlived it. The runtime raises it when the journal refuses a claim with a
-    /// fence above the cluster's terms ([`GossipEngine::handle_fenced_above`]).
+    /// members that outlived it. A fence found above the cluster's terms later is handled by
+    /// [`GossipEngine::handle_fenced_above`].
     pub term_floor: Term,
     /// How long the first seed tries the other seeds before it starts a cluster alone (a
     /// restarted first seed must rejoin, not start a second cluster).
@@ -447,21 +447,19 @@ impl GossipEngine {
         self.after(now);
     }
 
-    /// The journal holds a shard's fence at `term`, above the term this node's cluster claimed
-    /// it with: a cluster led apart from this one took it (a first seed restarted alone, the
-    /// other side of a partition), or this one did before all its members restarted and forgot
-    /// their terms. Terms start above it from now on. This node's status tells it, so that the
-    /// leader hears of it wherever the claim failed and outbids it, as it does a term another
-    /// member led in; without that, the cluster could never claim the shard again.
+    /// The journal refused a claim of this node's: a shard's fence is stored at `term`. When that
+    /// is above every term this node has heard of, a cluster led apart from this one took it (a
+    /// first seed restarted alone, the other side of a partition), or this one did before all its
+    /// members restarted and forgot their terms. It then counts as heard of: this node's status
+    /// tells it, so that the leader hears of it wherever the claim failed and outbids it, as it
+    /// does a term another member led in; without that, the cluster could never claim the shard
+    /// again. A fence at a term heard of already (a move within this cluster) changes nothing.
     pub fn handle_fenced_above(&mut self, now: u64, term: Term) {
-        if term <= self.config.term_floor && term <= self.max_term {
+        if term <= self.max_term {
             return;
         }
-        self.config.term_floor = self.config.term_floor.max(term);
-        if term > self.max_term {
-            self.max_term = term;
-            self.max_term_at = now;
-        }
+        self.max_term = term;
+        self.max_term_at = now;
         self.broadcast_status(now);
         self.after(now);
     }

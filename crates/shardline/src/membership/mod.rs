@@ -204,12 +204,12 @@ pub trait MembershipControl: Send + Sync {
     fn exit(&self);
     /// Stops taking part at once, without telling anyone (a crash, as peers see it).
     fn halt(&self);
-    /// The journal refused to let this node claim a shard: its fence is stored at `term`, above
-    /// the term the claim carried. A cluster led apart from this one took it (a first seed
-    /// restarted alone, the other side of a partition), or this cluster did before every member
-    /// restarted. A provider that picks its own terms (gossip) leads above it from now on, or
-    /// this cluster could never claim that shard again; one whose terms come from a store that
-    /// orders them already (leases) has nothing to do.
+    /// The journal refused to let this node claim a shard: its fence is stored at `term`. Above
+    /// every term this cluster used, a cluster led apart from it took it (a first seed restarted
+    /// alone, the other side of a partition), or this cluster did before every member restarted.
+    /// A provider that picks its own terms (gossip) then leads above it, or this cluster could
+    /// never claim that shard again; one whose terms come from a store that orders them already
+    /// (leases) has nothing to do.
     fn fenced_above(&self, term: Term) {
         let _ = term;
     }

@@ -68,8 +68,8 @@ impl Node {
         &self.shared.me
     }
 
-    /// The journal refused a claim of this node's: a shard's fence is stored at `term`, above
-    /// the claim's (see [`MembershipControl::fenced_above`]).
+    /// The journal refused a claim of this node's: a shard's fence is stored at `term` (see
+    /// [`MembershipControl::fenced_above`]).
     pub fn fenced_above(&self, term: Term) {
         self.shared.membership.fenced_above(term);
     }

@@ -435,10 +435,8 @@ async fn claim_and_restart<E: Entity>(
     if let Err(e) = claim.ensure(epoch).await {
         warn!(shard = %host.shard, %epoch, error = %e, "cannot claim the shard in the journal yet");
         if let JournalError::Fenced { stored: Some(stored), .. } = e {
-            if stored.term > epoch.term {
-                // Fenced by a term this cluster never reached: its terms must start above it.
-                node.fenced_above(stored.term);
-            }
+            // The membership decides whether this term is one its cluster never reached.
+            node.fenced_above(stored.term);
         }
         return;
     }
