@@ -596,3 +596,45 @@ fn a_fence_above_the_clusters_terms_told_to_any_member_makes_the_leader_outbid_i
     net.run(now + 10_000);
     assert_eq!(net.view("a").leader.map(|(_, t)| t), Some(term));
 }
+
+/// `r` announced itself to `a` and was heard, but hears only `b`, and joins through `b`'s
+/// probe. Such a message carries recent changes only, not the membership, so `r` knew `b` and
+/// nobody else; when `b` went (here it leaves; in the gossip world it lost a 2|2 tie and downed
+/// itself), `r` ran on alone with nobody unreachable, while `a` and `c` downed it. Joined, a
+/// member asks the members it joined through for the whole membership: `r` then finds `a` and
+/// `c` unreachable and downs itself before they show it down.
+#[test]
+fn a_member_that_joined_through_a_probe_asks_for_the_whole_membership() {
+    let mut net = Net::new();
+    for (name, inc) in [("a", 1), ("b", 2), ("c", 3)] {
+        net.start_with(name, inc, &["a", "b", "c"], with_resolver());
+    }
+    net.run(5_000);
+    assert_eq!(net.view("b").leader.map(|(l, _)| l), Some(NodeId::new("a", 1)));
+    cut_in(&mut net, "r", &["a", "b", "c"]);
+    net.start_with("r", 9, &["a"], GossipConfig { rejoin: true, ..with_resolver() });
+    let r = NodeId::new("r", 9);
+    while net.view("a").view.get(&r).is_none() {
+        assert!(net.now < 10_000, "a never heard of r: {:?}", net.events);
+        let t = net.now + 50;
+        net.run(t);
+    }
+    net.cut_both("r", &["a", "c"], true);
+    net.cut.remove(&("b:7000".to_string(), "r:7000".to_string()));
+    while !net.logged("r", &GossipEvent::Joined) {
+        assert!(net.now < 20_000, "r never heard b: {:?}", net.events);
+        let t = net.now + 50;
+        net.run(t);
+    }
+    let t = net.now + 50;
+    net.run(t);
+    net.nodes.get_mut("b:7000").unwrap().handle_exit(t);
+    while net.now < 60_000 {
+        let t = net.now + 100;
+        net.run(t);
+        let shown_down = net.view("a").view.get(&r).is_some_and(|m| m.status == MemberStatus::Down);
+        let stopped = net.logged("r", &GossipEvent::DeclaredDown);
+        assert!(!shown_down || stopped, "t={}: r is down in a's view while it runs: {:?}", net.now, net.events);
+    }
+    assert!(net.logged("r", &GossipEvent::DeclaredDown), "r downed itself: {:?}", net.events);
+}

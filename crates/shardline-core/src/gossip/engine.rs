@@ -494,6 +494,10 @@ impl GossipEngine {
         self.now = self.now.max(now);
         self.note_statuses(now);
         self.resolve(now);
+        // Notifications first: what they do may send (see `ask_for_members`).
+        while let Some(n) = self.runtime.to_notify() {
+            self.notified(now, n);
+        }
         while let Some((to, data)) = self.runtime.to_send() {
             self.commands.push_back(GossipCommand::Send { to, data: data.to_vec() });
         }
@@ -501,9 +505,6 @@ impl GossipEngine {
             self.next_timer += 1;
             let at = now + after.as_millis().min(u128::from(u64::MAX)) as u64;
             self.timers.insert((at, self.next_timer), timer);
-        }
-        while let Some(n) = self.runtime.to_notify() {
-            self.notified(now, n);
         }
         let remove_after = self.config.remove_down_after_ms;
         let mut forgotten = Vec::new();
@@ -547,6 +548,7 @@ impl GossipEngine {
             OwnedNotification::Active => {
                 self.first_seen.insert(self.node.clone(), now);
                 self.log(GossipEvent::Joined);
+                self.ask_for_members();
             }
             // Leaving the cluster makes foca defunct too: that is no declaration.
             OwnedNotification::Defunct if !self.declared_down && self.status != MemberStatus::Removed => {
@@ -554,6 +556,21 @@ impl GossipEngine {
                 self.log(GossipEvent::DeclaredDown);
             }
             _ => {}
+        }
+    }
+
+    /// Announces to the members this node became active through, whose answer (a feed) lists
+    /// every member they know. A node joins when any message of a member reaches it, and only an
+    /// announce's answer carries the whole membership: joined through a probe, a restarted node
+    /// knew only the member that probed it. When that member was on the losing side of a
+    /// partition and downed itself, the node led a cluster of its own in which its resolver had
+    /// nobody unreachable to decide about, while the winning side had downed it.
+    fn ask_for_members(&mut self) {
+        let known: Vec<GossipId> = self.foca.iter_members().map(|m| m.id().clone()).collect();
+        for id in known {
+            if let Err(error) = self.foca.announce(id, &mut self.runtime) {
+                self.log(GossipEvent::BadData { error: error.to_string() });
+            }
         }
     }
 

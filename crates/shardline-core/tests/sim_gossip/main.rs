@@ -6,7 +6,8 @@
 //!
 //! After every step it checks G1 (one leader per term) and G3 (a member that a leader shows down,
 //! so that its shards would be taken over, has stopped: crashed or declared itself down; members
-//! that were paused are left out, since gossip alone cannot stop a paused process in time). After
+//! that were paused are left out, since gossip alone cannot stop a paused process in time, and so
+//! is a first seed restarted before any term was taken, which cannot tell it from a first boot). After
 //! the faults it checks G2: every live member sees every other one `Up` and reachable, and all
 //! name the same leader.
 //!

@@ -96,6 +96,12 @@ struct SimNode {
     /// awake it has its own down margin to find out, as long as a side that lost a partition has
     /// to stop before the others take over.
     exempt_until: u64,
+    /// The first seed, restarted before any term was taken: nothing it can read (the runtime's
+    /// term floor comes from fences, and there are none yet) tells it from a first boot, so when
+    /// it reaches no other seed within its grace it starts a cluster, as a first boot must, even
+    /// though the others run on behind a partition. A cluster that ran before is told by its
+    /// fences (see `fresh`); Akka's first seed has the same limit. G3 leaves it out.
+    first_boot_again: bool,
 }
 
 pub struct World {
@@ -192,6 +198,7 @@ impl World {
         };
         config.term_floor = term_floor;
         config.rejoin = rejoin;
+        let first_boot_again = slot == 0 && term_floor == 0 && !rejoin && self.nodes.len() == self.p.nodes;
         config.status_every_ms = status_every_ms;
         // Every node knows the first two as seeds.
         let seeds: Vec<String> = (0..self.p.nodes.min(2)).map(addr).collect();
@@ -211,6 +218,7 @@ impl World {
             declared_down: false,
             timer_at: None,
             exempt_until: 0,
+            first_boot_again,
         }
     }
 
@@ -314,7 +322,8 @@ impl World {
     /// down. A member is left out only while paused and for its down margin after it wakes (see
     /// `exempt_until`), and if no leader ever showed it `Up` and reachable (it never joined far
     /// enough to be given a shard: a restart whose answers are cut, say, is downed by the others
-    /// before it hears of them). Without a resolver, gossip promises no such thing: a member is
+    /// before it hears of them), and the first seed restarted before any term was taken (see
+    /// `first_boot_again`). Without a resolver, gossip promises no such thing: a member is
     /// down once suspicion runs out, and a live member whose suspicion never reached it (foca
     /// spread it to crashed members only) runs on until it hears it was downed (the README's
     /// table: "taken over when suspected").
@@ -336,6 +345,7 @@ impl World {
                         && !n.declared_down
                         && now >= n.paused_until
                         && now >= n.exempt_until
+                        && !n.first_boot_again
                 });
                 if running {
                     let l = leader.id.node.as_ref().map(ToString::to_string).unwrap_or_default();
