@@ -15,7 +15,9 @@
 //!   transaction otherwise (see [`JournalError::Duplicate`](crate::journal::JournalError)).
 //!   Replies are kept for [`EventSourcedSettings::reply_retention`](super::EventSourcedSettings)
 //!   whatever the number of requests in between; a retry issued longer ago than that is refused
-//!   ([`Error::RequestExpired`]), never applied again. A command with a request id that writes
+//!   ([`Error::RequestExpired`]), never applied again; one issued further ahead of the node's
+//!   clock than [`CLOCK_SKEW_MARGIN`](super::CLOCK_SKEW_MARGIN), whose age would read too
+//!   young, is refused too ([`Error::Rejected`]). A command with a request id that writes
 //!   no event records its reply too, so its retry gets the same answer;
 //! - writes a snapshot every [`EventSourcedSettings::snapshot_every`](super::EventSourcedSettings::snapshot_every) events.
 //!
@@ -124,6 +126,12 @@ pub enum PersistError {
     /// been applied, and nothing was applied now.
     #[error("request expired: {0}")]
     Expired(String),
+    /// The request id was issued further ahead of this node's clock than
+    /// [`CLOCK_SKEW_MARGIN`](crate::entity::CLOCK_SKEW_MARGIN): nothing was applied. Its age
+    /// would read too young, so it could be taken for a retry still recognisable after its reply
+    /// was dropped; it is refused until the clocks agree.
+    #[error("request refused: {0}")]
+    IssuedAhead(String),
 }
 
 impl From<PersistError> for Error {
@@ -133,6 +141,7 @@ impl From<PersistError> for Error {
             PersistError::Unknown(m) => Error::OutcomeUnknown(m),
             PersistError::Unreadable(m) => Error::Rejected(m),
             PersistError::Expired(m) => Error::RequestExpired(m),
+            PersistError::IssuedAhead(m) => Error::Rejected(m),
         }
     }
 }
@@ -449,10 +458,22 @@ fn fresh_request_id() -> RequestId {
 }
 
 /// Refuses a request issued longer ago than replies are kept: its reply may be gone, so this
-/// entity can no longer tell whether it was applied.
+/// entity can no longer tell whether it was applied. Refuses one issued further ahead of this
+/// node's clock than the margin replies are kept beyond the retention: its age reads short by
+/// that much, so a late retry of it could pass here after its reply was dropped.
 fn expired(ctx: &EntityContext, pid: &str, rid: &RequestId) -> Result<(), PersistError> {
     let retention = ctx.persistence.event_sourced.reply_retention;
-    let age = rid.age(SystemTime::now());
+    let now = SystemTime::now();
+    let ahead = rid.ahead(now);
+    if ahead > CLOCK_SKEW_MARGIN {
+        warn!(%pid, request_id = rid.key(), ?ahead, "request id issued ahead of this node's clock: refused");
+        return Err(PersistError::IssuedAhead(format!(
+            "{pid}: request {} was issued {ahead:?} ahead of this node's clock, more than the margin of \
+             {CLOCK_SKEW_MARGIN:?}: nothing was applied",
+            rid.key()
+        )));
+    }
+    let age = rid.age(now);
     if age > retention {
         return Err(PersistError::Expired(format!(
             "{pid}: request {} was issued {age:?} ago, longer than replies are kept ({retention:?})",

@@ -74,6 +74,11 @@ impl RequestId {
     pub fn age(&self, now: SystemTime) -> Duration {
         Duration::from_millis(unix_ms(now).saturating_sub(self.issued_ms))
     }
+
+    /// How far after `now` it was issued (zero unless the issuer's clock is ahead).
+    pub fn ahead(&self, now: SystemTime) -> Duration {
+        Duration::from_millis(self.issued_ms.saturating_sub(unix_ms(now)))
+    }
 }
 
 /// Milliseconds since the Unix epoch (0 before it).
@@ -97,6 +102,8 @@ mod tests {
         let id = RequestId::issued_at("k", t);
         assert_eq!(id.age(t + Duration::from_secs(5)), Duration::from_secs(5));
         assert_eq!(id.age(t - Duration::from_secs(5)), Duration::ZERO, "an issuer ahead of us");
+        assert_eq!(id.ahead(t - Duration::from_secs(5)), Duration::from_secs(5));
+        assert_eq!(id.ahead(t + Duration::from_secs(5)), Duration::ZERO);
         assert_eq!(id.issued_ms(), 1_000_000);
     }
 }
