@@ -9,10 +9,13 @@ use std::time::Duration;
 use common::{eventually, logs};
 use serde::{Deserialize, Serialize};
 use shardline::journal::conformance::append;
-use shardline::journal::{EventRecord, Fence, InMemoryJournal, Journal};
+use shardline::journal::{
+    AppendRequest, BoxFuture, EventRecord, Fence, InMemoryJournal, Journal, JournalError, RecordedReply, Snapshot,
+    StoredEvent,
+};
 use shardline::{
     Cluster, EntityId, EntitySettings, Epoch, Error, EventSourced, EventSourcedHandle, EventSourcedSettings, Gossip,
-    RequestId,
+    RequestId, ShardId,
 };
 
 #[derive(Default, Serialize, Deserialize)]
@@ -139,6 +142,92 @@ async fn a_retried_request_is_applied_once() {
         "a new request applies"
     );
     assert_eq!(journal.read("tally|x", 1).await.unwrap().len(), 2);
+}
+
+/// The journal a node that dies right after a commit sees: every call goes to `inner`, but the
+/// append of request `lost` is committed and never answered, as when the node is killed between
+/// its commit and its reply.
+struct AnswerLost {
+    inner: InMemoryJournal,
+    lost: String,
+}
+
+impl Journal for AnswerLost {
+    fn raise_fence(&self, fence: &Fence) -> BoxFuture<'_, Result<Epoch, JournalError>> {
+        self.inner.raise_fence(fence)
+    }
+    fn append(&self, request: AppendRequest) -> BoxFuture<'_, Result<u64, JournalError>> {
+        let lost = request.reply.as_ref().is_some_and(|r| r.request_id == self.lost);
+        Box::pin(async move {
+            let r = self.inner.append(request).await;
+            if lost {
+                std::future::pending::<()>().await;
+            }
+            r
+        })
+    }
+    fn read(&self, pid: &str, from: u64) -> BoxFuture<'_, Result<Vec<StoredEvent>, JournalError>> {
+        self.inner.read(pid, from)
+    }
+    fn last_seq(&self, pid: &str) -> BoxFuture<'_, Result<u64, JournalError>> {
+        self.inner.last_seq(pid)
+    }
+    fn save_snapshot(&self, fence: &Fence, pid: &str, s: Snapshot) -> BoxFuture<'_, Result<(), JournalError>> {
+        self.inner.save_snapshot(fence, pid, s)
+    }
+    fn load_snapshot(&self, pid: &str) -> BoxFuture<'_, Result<Option<Snapshot>, JournalError>> {
+        self.inner.load_snapshot(pid)
+    }
+    fn recorded_reply(&self, pid: &str, request_id: &str) -> BoxFuture<'_, Result<Option<Vec<u8>>, JournalError>> {
+        self.inner.recorded_reply(pid, request_id)
+    }
+    fn recorded_replies(&self, pid: &str, newest: usize) -> BoxFuture<'_, Result<Vec<RecordedReply>, JournalError>> {
+        self.inner.recorded_replies(pid, newest)
+    }
+    fn remembered(&self, type_key: &str, shard: ShardId) -> BoxFuture<'_, Result<Vec<String>, JournalError>> {
+        self.inner.remembered(type_key, shard)
+    }
+    fn forget(&self, fence: &Fence, entity_id: &str) -> BoxFuture<'_, Result<(), JournalError>> {
+        self.inner.forget(fence, entity_id)
+    }
+    fn highest_term(&self) -> BoxFuture<'_, Result<u64, JournalError>> {
+        self.inner.highest_term()
+    }
+}
+
+/// How a deposit was once applied twice after a kill -9 (the design notes): its node committed
+/// it and died before answering, the caller waited out its timeout, the new owner took far more
+/// later requests to the entity than it keeps replies in memory (64 were all an entity once kept
+/// at all), and then the retry came. It is answered with the first reply, and applied once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_of_a_request_committed_by_a_node_that_died_before_answering_is_applied_once() {
+    let journal = InMemoryJournal::new();
+    let es = EventSourcedSettings::default();
+    let dying = AnswerLost { inner: journal.clone(), lost: "deposit-1".into() };
+    let settings = EntitySettings::new("tally").shards(SHARDS).journal(Arc::new(dying));
+    let (a, ha) = node_with("es-lost", "a", None, settings, es).await;
+    let (_b, hb) = node("es-lost", "b", Some(&a), &journal, es).await;
+    let hb2 = hb.clone();
+    eventually("b hosts shards", Duration::from_secs(30), move || !hb2.entities().hosted_shards().is_empty()).await;
+    let on_a = ha.entities().hosted_shards();
+    let id =
+        (0..1_000).map(|i| format!("t{i}")).find(|id| on_a.contains(&hb.entities().shard_of(id))).expect("a hosts one");
+    let first = RequestId::new("deposit-1");
+    let err = hb.ask_timeout(&id, TallyCmd::Add(1), Some(first.clone()), Duration::from_secs(1)).await;
+    assert!(matches!(err, Err(Error::Timeout(_))), "no answer: {err:?}");
+    assert_eq!(journal.read(&format!("tally|{id}"), 1).await.unwrap().len(), 1, "committed");
+    a.crash();
+    let hb2 = hb.clone();
+    eventually("b hosts every shard", Duration::from_secs(60), move || {
+        hb2.entities().hosted_shards().len() == SHARDS as usize
+    })
+    .await;
+    let later = es.replies_in_memory as u64 + 36;
+    for _ in 0..later {
+        hb.ask(&id, TallyCmd::Add(1)).await.expect("acknowledged");
+    }
+    assert_eq!(hb.ask_with_request_id(&id, TallyCmd::Add(1), first).await.unwrap(), 1, "the first reply");
+    assert_eq!(hb.ask(&id, TallyCmd::Get).await.unwrap(), 1 + later, "applied once");
 }
 
 /// Another node raised the shard's fence in the journal (it owns the shard now, whatever this
