@@ -559,18 +559,17 @@ impl GossipEngine {
         }
     }
 
-    /// Announces to the members this node became active through, whose answer (a feed) lists
-    /// every member they know. A node joins when any message of a member reaches it, and only an
+    /// Announces to a member this node became active through, whose answer (a feed) lists
+    /// every member it knows. A node joins when any message of a member reaches it, and only an
     /// announce's answer carries the whole membership: joined through a probe, a restarted node
     /// knew only the member that probed it. When that member was on the losing side of a
     /// partition and downed itself, the node led a cluster of its own in which its resolver had
-    /// nobody unreachable to decide about, while the winning side had downed it.
+    /// nobody unreachable to decide about, while the winning side had downed it. One member is
+    /// enough (every member's feed lists the cluster); joined through a feed, this costs one more.
     fn ask_for_members(&mut self) {
-        let known: Vec<GossipId> = self.foca.iter_members().map(|m| m.id().clone()).collect();
-        for id in known {
-            if let Err(error) = self.foca.announce(id, &mut self.runtime) {
-                self.log(GossipEvent::BadData { error: error.to_string() });
-            }
+        let Some(id) = self.foca.iter_members().next().map(|m| m.id().clone()) else { return };
+        if let Err(error) = self.foca.announce(id, &mut self.runtime) {
+            self.log(GossipEvent::BadData { error: error.to_string() });
         }
     }
 
