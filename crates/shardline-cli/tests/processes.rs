@@ -258,7 +258,7 @@ async fn kill_9_under_load_loses_nothing_acknowledged() {
     }
     assert!(acked.len() > 100, "the load ran");
     let resent: Vec<&Acked> = acked.iter().filter(|d| d.resent_after_unknown).collect();
-    assert!(!resent.is_empty(), "no deposit was resent after an attempt whose outcome was unknown: nothing was tested");
+    assert!(!resent.is_empty(), "the kill caught no deposit in flight: no resend after an unknown outcome was tested");
     let answered: std::collections::BTreeMap<u64, Duration> = acked.iter().map(|d| (d.op, d.answered)).collect();
     let mut later_before_resend = 0;
     for a in 0..ACCOUNTS {

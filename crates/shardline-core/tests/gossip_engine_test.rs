@@ -19,6 +19,8 @@ struct Net {
     slow: BTreeMap<(String, String), u64>,
     events: Vec<(String, GossipEvent)>,
     now: u64,
+    /// Messages on their way, with when they arrive: kept from one `run` to the next.
+    inflight: Vec<(u64, String, Vec<u8>)>,
 }
 
 fn id(name: &str, inc: u64) -> GossipId {
@@ -41,6 +43,7 @@ impl Net {
             slow: BTreeMap::new(),
             events: Vec::new(),
             now: 0,
+            inflight: Vec::new(),
         }
     }
 
@@ -79,7 +82,7 @@ impl Net {
 
     /// Runs every engine until `until`, delivering messages after 1 ms.
     fn run(&mut self, until: u64) {
-        let mut inflight: Vec<(u64, String, Vec<u8>)> = Vec::new();
+        let mut inflight = std::mem::take(&mut self.inflight);
         while self.now < until {
             self.now += 1;
             let now = self.now;
@@ -114,6 +117,7 @@ impl Net {
                 }
             }
         }
+        self.inflight = inflight;
     }
 
     fn view(&self, name: &str) -> shardline_core::gossip::GossipView {
@@ -601,7 +605,7 @@ fn a_fence_above_the_clusters_terms_told_to_any_member_makes_the_leader_outbid_i
 /// probe. Such a message carries recent changes only, not the membership, so `r` knew `b` and
 /// nobody else; when `b` went (here it leaves; in the gossip world it lost a 2|2 tie and downed
 /// itself), `r` ran on alone with nobody unreachable, while `a` and `c` downed it. Joined, a
-/// member asks the members it joined through for the whole membership: `r` then finds `a` and
+/// member asks the member it joined through for the whole membership: `r` then finds `a` and
 /// `c` unreachable and downs itself before they show it down.
 #[test]
 fn a_member_that_joined_through_a_probe_asks_for_the_whole_membership() {

@@ -48,7 +48,9 @@ pub enum Error {
     /// Not processed this time: a retry of a request issued longer ago than its entity keeps
     /// replies for ([`EventSourcedSettings::reply_retention`](crate::EventSourcedSettings)).
     /// An earlier attempt may have been processed, and the entity can no longer tell, so it
-    /// refuses rather than risk applying it twice.
+    /// refuses rather than risk applying it twice. A request issued further ahead of the
+    /// entity's clock than [`CLOCK_SKEW_MARGIN`](crate::entity::CLOCK_SKEW_MARGIN) is refused
+    /// the same way: its age cannot be trusted.
     #[error("request expired: {0}")]
     RequestExpired(String),
 }

@@ -209,13 +209,15 @@ async fn a_retry_of_a_request_committed_by_a_node_that_died_before_answering_is_
     let (_b, hb) = node("es-lost", "b", Some(&a), &journal, es).await;
     let hb2 = hb.clone();
     eventually("b hosts shards", Duration::from_secs(30), move || !hb2.entities().hosted_shards().is_empty()).await;
+    let ha2 = ha.clone();
+    eventually("a hosts shards", Duration::from_secs(30), move || !ha2.entities().hosted_shards().is_empty()).await;
     let on_a = ha.entities().hosted_shards();
     let id =
         (0..1_000).map(|i| format!("t{i}")).find(|id| on_a.contains(&hb.entities().shard_of(id))).expect("a hosts one");
     let first = RequestId::new("deposit-1");
-    let err = hb.ask_timeout(&id, TallyCmd::Add(1), Some(first.clone()), Duration::from_secs(1)).await;
+    let err = hb.ask_timeout(&id, TallyCmd::Add(1), Some(first.clone()), Duration::from_secs(5)).await;
     assert!(matches!(err, Err(Error::Timeout(_))), "no answer: {err:?}");
-    assert_eq!(journal.read(&format!("tally|{id}"), 1).await.unwrap().len(), 1, "committed");
+    assert_eq!(journal.read(&format!("tally|{id}"), 1).await.unwrap().len(), 1, "committed before the timeout");
     a.crash();
     let hb2 = hb.clone();
     eventually("b hosts every shard", Duration::from_secs(60), move || {

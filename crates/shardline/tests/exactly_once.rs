@@ -105,15 +105,16 @@ async fn a_retry_older_than_the_retention_is_refused_not_applied() {
 
 /// A request id issued further ahead of this node's clock than the skew margin: its age would
 /// read short by the skew, so a retry could pass as recognisable after its reply was dropped. It
-/// is refused, nothing applied; within the margin it goes through.
+/// is refused as expired (an earlier attempt may have been applied), and not applied now; within
+/// the margin it goes through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_issued_ahead_of_the_nodes_clock_past_the_margin_is_refused_not_applied() {
     let journal = InMemoryJournal::new();
     let (_c, h) = solo(&journal, EventSourcedSettings::default()).await;
     let ahead = RequestId::issued_at("ahead", SystemTime::now() + shardline::entity::CLOCK_SKEW_MARGIN * 2);
     let err = h.ask_with_request_id("x", OpsCmd::Apply(7), ahead).await.expect_err("refused");
-    assert!(matches!(err, Error::Rejected(_)), "{err:?}");
-    assert_eq!(err.processed(), Processed::No);
+    assert!(matches!(err, Error::RequestExpired(_)), "{err:?}");
+    assert_eq!(err.processed(), Processed::Maybe);
     assert_eq!(h.ask("x", OpsCmd::List).await.unwrap(), Vec::<u64>::new(), "not applied");
     let near = RequestId::issued_at("near", SystemTime::now() + shardline::entity::CLOCK_SKEW_MARGIN / 2);
     assert_eq!(h.ask_with_request_id("x", OpsCmd::Apply(8), near).await.unwrap(), vec![8]);

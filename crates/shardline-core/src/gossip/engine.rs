@@ -248,6 +248,8 @@ pub struct GossipEngine {
     now: u64,
     /// When data last came from any member.
     heard_at: u64,
+    /// The sender of the frame being handled (see `ask_for_members`).
+    heard_from: Option<GossipId>,
     /// When a member last answered something this node sent (an ack of its probe, direct or
     /// forwarded, a feed for its announce): data that arrives shows that others reach this
     /// node, only answers show that this node reaches them.
@@ -355,6 +357,7 @@ impl GossipEngine {
             resolver,
             now,
             heard_at: now,
+            heard_from: None,
             answered_at: now,
             status_seen: BTreeMap::new(),
             first_seen: BTreeMap::new(),
@@ -391,7 +394,10 @@ impl GossipEngine {
 
     /// Data from a peer (a frame of the gossip protocol).
     pub fn handle_data(&mut self, now: u64, data: &[u8]) {
-        let answer = answers(&self.me, data);
+        let header = decode_header(data);
+        let answer = header.as_ref().is_some_and(|h| answers(&self.me, h));
+        // The member a join through this frame asks for the membership (`ask_for_members`).
+        self.heard_from = header.map(|h| h.src);
         match self.foca.handle_data(data, &mut self.runtime) {
             Ok(()) => {
                 self.heard_at = self.heard_at.max(now);
@@ -402,6 +408,7 @@ impl GossipEngine {
             Err(error) => self.log(GossipEvent::BadData { error: error.to_string() }),
         }
         self.after(now);
+        self.heard_from = None;
     }
 
     /// Time passed.
@@ -559,15 +566,19 @@ impl GossipEngine {
         }
     }
 
-    /// Announces to a member this node became active through, whose answer (a feed) lists
-    /// every member it knows. A node joins when any message of a member reaches it, and only an
-    /// announce's answer carries the whole membership: joined through a probe, a restarted node
-    /// knew only the member that probed it. When that member was on the losing side of a
-    /// partition and downed itself, the node led a cluster of its own in which its resolver had
+    /// Announces to the member whose frame made this node active (or, failing that, to one
+    /// that is alive), whose answer (a feed) lists every member it knows. A node joins when any
+    /// message of a member reaches it, and only an announce's answer carries the whole
+    /// membership: joined through a probe, a restarted node knew only the member that probed it
+    /// (and whoever that probe mentioned in passing). When that member was on the losing side of
+    /// a partition and downed itself, the node led a cluster of its own in which its resolver had
     /// nobody unreachable to decide about, while the winning side had downed it. One member is
     /// enough (every member's feed lists the cluster); joined through a feed, this costs one more.
     fn ask_for_members(&mut self) {
-        let Some(id) = self.foca.iter_members().next().map(|m| m.id().clone()) else { return };
+        let alive = |m: &foca::Member<GossipId>| m.state() == foca::State::Alive;
+        let from = self.heard_from.take().filter(|f| self.foca.iter_members().any(|m| m.id() == f && alive(m)));
+        let any = || self.foca.iter_members().find(|m| alive(m)).map(|m| m.id().clone());
+        let Some(id) = from.or_else(any) else { return };
         if let Err(error) = self.foca.announce(id, &mut self.runtime) {
             self.log(GossipEvent::BadData { error: error.to_string() });
         }
@@ -609,20 +620,23 @@ impl GossipEngine {
 
 /// Whether `data` answers something this node sent: an ack of its probe (direct, forwarded, or
 /// of a ping it relayed), a feed for its announce, or word that it is held down.
-fn answers(me: &GossipId, mut data: &[u8]) -> bool {
-    use foca::{Codec, Message};
-    let header: Result<foca::Header<GossipId>, _> = PostcardCodec.decode_header(&mut data);
-    header.is_ok_and(|h| {
-        h.dst.addr == me.addr
-            && matches!(
-                h.message,
-                Message::Ack(_)
-                    | Message::ForwardedAck { .. }
-                    | Message::IndirectAck { .. }
-                    | Message::Feed
-                    | Message::TurnUndead
-            )
-    })
+fn answers(me: &GossipId, h: &foca::Header<GossipId>) -> bool {
+    use foca::Message;
+    h.dst.addr == me.addr
+        && matches!(
+            h.message,
+            Message::Ack(_)
+                | Message::ForwardedAck { .. }
+                | Message::IndirectAck { .. }
+                | Message::Feed
+                | Message::TurnUndead
+        )
+}
+
+/// The header of a frame (None when it cannot be read: foca reports that frame as bad data).
+fn decode_header(mut data: &[u8]) -> Option<foca::Header<GossipId>> {
+    use foca::Codec;
+    PostcardCodec.decode_header(&mut data).ok()
 }
 
 /// Whether a member is connected to this node's side: SWIM holds it alive, or (with the resolver)

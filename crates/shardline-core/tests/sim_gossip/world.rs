@@ -100,7 +100,8 @@ struct SimNode {
     /// term floor comes from fences, and there are none yet) tells it from a first boot, so when
     /// it reaches no other seed within its grace it starts a cluster, as a first boot must, even
     /// though the others run on behind a partition. A cluster that ran before is told by its
-    /// fences (see `fresh`); Akka's first seed has the same limit. G3 leaves it out.
+    /// fences (see `fresh`); Akka's first seed has the same limit. G3 leaves it out until it
+    /// names another member as its leader.
     first_boot_again: bool,
 }
 
@@ -277,6 +278,11 @@ impl World {
                     });
                     if let Some((l, term)) = &view.leader {
                         self.claim(*term, l.clone());
+                        // Part of a cluster another member leads: whatever it started alone is
+                        // over, and G3 holds for it again.
+                        if Some(l) != self.nodes[slot].id.node.as_ref() {
+                            self.nodes[slot].first_boot_again = false;
+                        }
                         if Some(l) == self.nodes[slot].id.node.as_ref() {
                             let up = view
                                 .view

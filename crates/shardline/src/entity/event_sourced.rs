@@ -15,9 +15,9 @@
 //!   transaction otherwise (see [`JournalError::Duplicate`](crate::journal::JournalError)).
 //!   Replies are kept for [`EventSourcedSettings::reply_retention`](super::EventSourcedSettings)
 //!   whatever the number of requests in between; a retry issued longer ago than that is refused
-//!   ([`Error::RequestExpired`]), never applied again; one issued further ahead of the node's
-//!   clock than [`CLOCK_SKEW_MARGIN`](super::CLOCK_SKEW_MARGIN), whose age would read too
-//!   young, is refused too ([`Error::Rejected`]). A command with a request id that writes
+//!   ([`Error::RequestExpired`]), never applied again, and so is one issued further ahead of
+//!   the node's clock than [`CLOCK_SKEW_MARGIN`], whose age would read
+//!   too young. A command with a request id that writes
 //!   no event records its reply too, so its retry gets the same answer;
 //! - writes a snapshot every [`EventSourcedSettings::snapshot_every`](super::EventSourcedSettings::snapshot_every) events.
 //!
@@ -124,14 +124,11 @@ pub enum PersistError {
     Unreadable(String),
     /// A retry of a request issued longer ago than replies are kept: an earlier attempt may have
     /// been applied, and nothing was applied now.
+    /// Also a request issued further ahead of this node's clock than
+    /// [`CLOCK_SKEW_MARGIN`]: its age reads short, so it could
+    /// pass for a retry still recognisable after its reply was dropped.
     #[error("request expired: {0}")]
     Expired(String),
-    /// The request id was issued further ahead of this node's clock than
-    /// [`CLOCK_SKEW_MARGIN`](crate::entity::CLOCK_SKEW_MARGIN): nothing was applied. Its age
-    /// would read too young, so it could be taken for a retry still recognisable after its reply
-    /// was dropped; it is refused until the clocks agree.
-    #[error("request refused: {0}")]
-    IssuedAhead(String),
 }
 
 impl From<PersistError> for Error {
@@ -141,7 +138,6 @@ impl From<PersistError> for Error {
             PersistError::Unknown(m) => Error::OutcomeUnknown(m),
             PersistError::Unreadable(m) => Error::Rejected(m),
             PersistError::Expired(m) => Error::RequestExpired(m),
-            PersistError::IssuedAhead(m) => Error::Rejected(m),
         }
     }
 }
@@ -467,9 +463,11 @@ fn expired(ctx: &EntityContext, pid: &str, rid: &RequestId) -> Result<(), Persis
     let ahead = rid.ahead(now);
     if ahead > CLOCK_SKEW_MARGIN {
         warn!(%pid, request_id = rid.key(), ?ahead, "request id issued ahead of this node's clock: refused");
-        return Err(PersistError::IssuedAhead(format!(
+        // As an expired request: an earlier attempt may have been applied (on a node whose clock
+        // was ahead too), and older nodes read this variant.
+        return Err(PersistError::Expired(format!(
             "{pid}: request {} was issued {ahead:?} ahead of this node's clock, more than the margin of \
-             {CLOCK_SKEW_MARGIN:?}: nothing was applied",
+             {CLOCK_SKEW_MARGIN:?}: not applied now",
             rid.key()
         )));
     }
