@@ -278,12 +278,11 @@ impl World {
                     });
                     if let Some((l, term)) = &view.leader {
                         self.claim(*term, l.clone());
-                        // Part of a cluster another member leads: whatever it started alone is
-                        // over, and G3 holds for it again.
                         if Some(l) != self.nodes[slot].id.node.as_ref() {
+                            // Part of a cluster another member leads: whatever it started alone
+                            // is over, and G3 holds for it again.
                             self.nodes[slot].first_boot_again = false;
-                        }
-                        if Some(l) == self.nodes[slot].id.node.as_ref() {
+                        } else {
                             let up = view
                                 .view
                                 .members()
