@@ -357,3 +357,48 @@ async fn remembered_entities_start_again_where_their_shard_starts() {
         assert_eq!(hb.ask(format!("r{i}"), TallyCmd::Get).await.unwrap(), i);
     }
 }
+
+/// A cluster restarted from scratch on the journal of an earlier run whose leadership changed:
+/// the journal's fences carry a term the new run never heard of, and nobody told it a floor.
+/// The cluster must take the floor from its journal itself and serve; a write refused meanwhile
+/// must not be an error that invites retrying forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_restarted_on_its_journal_after_a_leadership_change_serves_again() {
+    let journal = InMemoryJournal::new();
+    let es = EventSourcedSettings::default();
+    let (a, _ha) = node("es-restart", "a", None, &journal, es).await;
+    let (b, hb) = node("es-restart", "b", Some(&a), &journal, es).await;
+    let hb2 = hb.clone();
+    eventually("b hosts shards", Duration::from_secs(30), move || !hb2.entities().hosted_shards().is_empty()).await;
+    // The first leader dies: b leads on, in a higher term, and writes every tally.
+    a.crash();
+    let hb2 = hb.clone();
+    eventually("b hosts every shard", Duration::from_secs(60), move || {
+        hb2.entities().hosted_shards().len() == SHARDS as usize
+    })
+    .await;
+    for i in 0..20u64 {
+        assert_eq!(hb.ask(format!("t{i}"), TallyCmd::Add(1)).await.unwrap(), 1);
+    }
+    let stored = journal.highest_term().await.unwrap();
+    b.crash();
+    // The second run: the same journal, no floor given.
+    let (_a2, h2) = node("es-restart", "a", None, &journal, es).await;
+    let started = std::time::Instant::now();
+    for i in 0..20u64 {
+        loop {
+            match h2.ask(format!("t{i}"), TallyCmd::Add(1)).await {
+                Ok(n) => {
+                    assert_eq!(n, 2, "t{i}");
+                    break;
+                }
+                Err(e) => {
+                    assert!(e.is_safe_to_retry(), "t{i}: {e:?}");
+                    assert!(started.elapsed() < Duration::from_secs(30), "still refused after 30 s: {e:?}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+    assert!(journal.highest_term().await.unwrap() > stored, "the new run took a term above the old one's");
+}

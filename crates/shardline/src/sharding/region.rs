@@ -250,8 +250,12 @@ impl<E: Entity> Region<E> {
                             // Claimed at once (one raise), awaited by the first entity that uses
                             // the journal; remembered entities restart once it is claimed.
                             let remember = self.settings.persistence.remember;
-                            let node = self.node.clone();
-                            tokio::spawn(claim_and_restart(node, host.clone(), claim, epoch, remember));
+                            let (me, host) = (self.clone(), host.clone());
+                            tokio::spawn(async move {
+                                if claim_and_restart(&me.node, host, claim, epoch, remember).await.is_err() {
+                                    me.input(|e, now| e.handle_claim_refused(now, shard, epoch));
+                                }
+                            });
                         }
                         let restored = handover.map(|d| host.restore(&d)).unwrap_or(0);
                         info!(type_key = %self.type_key, %shard, %epoch, restored, "shard started");
@@ -424,39 +428,42 @@ fn from_wire<E: Entity>(msg: RegionMessage<WireEnvelope>, owe: Option<&Node>) ->
 }
 
 /// Claims a started shard in the journal, then starts its remembered entities (when the type
-/// remembers them), at most `per_second` per second; stops early when the shard stops.
+/// remembers them), at most `per_second` per second; stops early when the shard stops. `Err`
+/// when the journal refused the claim: a newer fence stands.
 async fn claim_and_restart<E: Entity>(
-    node: Node,
+    node: &Node,
     host: Arc<ShardHost<E>>,
     claim: Arc<ShardClaim>,
     epoch: Epoch,
     remember: Option<u32>,
-) {
+) -> Result<(), Epoch> {
     if let Err(e) = claim.ensure(epoch).await {
-        warn!(shard = %host.shard, %epoch, error = %e, "cannot claim the shard in the journal yet");
+        warn!(shard = %host.shard, %epoch, error = %e, "cannot claim the shard in the journal");
         if let JournalError::Fenced { stored: Some(stored), .. } = e {
             // The membership decides whether this term is one its cluster never reached.
             node.fenced_above(stored.term);
+            return Err(stored);
         }
-        return;
+        return Ok(());
     }
-    let Some(per_second) = remember else { return };
+    let Some(per_second) = remember else { return Ok(()) };
     let ids = match claim.journal().remembered(claim.type_key(), host.shard).await {
         Ok(ids) => ids,
         Err(e) => {
             warn!(shard = %host.shard, error = %e, "remembered entities cannot be read");
-            return;
+            return Ok(());
         }
     };
     let pause = Duration::from_secs(1) / per_second.max(1);
     let n = ids.len();
     for id in ids {
         if !host.wake(shardline_core::EntityId::new(id)) {
-            return;
+            return Ok(());
         }
         tokio::time::sleep(pause).await;
     }
     debug!(shard = %host.shard, restarted = n, "remembered entities restarted");
+    Ok(())
 }
 
 impl<E: Entity> Timed for Region<E> {

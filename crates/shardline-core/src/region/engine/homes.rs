@@ -6,7 +6,7 @@ use crate::id::{NodeId, ShardId};
 use crate::protocol::{ToCoordinator, ToRegion};
 use crate::region::command::RegionCommand;
 use crate::region::shard_state::Hosted;
-use crate::shard_map::{ShardHome, Term};
+use crate::shard_map::{Epoch, ShardHome, Term};
 
 impl<M> RegionEngine<M> {
     /// The membership provider names the leader (where the coordinator runs) and its term.
@@ -93,6 +93,21 @@ impl<M> RegionEngine<M> {
             let term = self.term;
             self.send_coordinator(ToCoordinator::ShardStopped { term, shard, epoch, handover });
             self.pump(now, shard);
+        }
+    }
+
+    /// The journal refused this node's claim of `shard` at `epoch`: a newer fence stands, set by
+    /// a cluster led apart from this one or by this one before every member restarted. Hosted on,
+    /// the shard would serve nothing (the journal refuses every write at `epoch`) and stay so for
+    /// good, since its owner lives and the coordinator never moves it. It stops as for a hand-off
+    /// and is reported stopped: the coordinator frees it and allocates it at a new epoch, which
+    /// the journal takes once the coordinator's term is above the fence (the membership outbids
+    /// a term it never heard of).
+    pub fn handle_claim_refused(&mut self, _now: u64, shard: ShardId, epoch: Epoch) {
+        let Some(s) = self.shards.get_mut(shard.index()) else { return };
+        if s.hosted == Hosted::Active(epoch) {
+            s.hosted = Hosted::Stopping(epoch);
+            self.commands.push_back(RegionCommand::StopShard { shard, epoch, fenced: false });
         }
     }
 
