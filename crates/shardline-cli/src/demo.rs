@@ -258,7 +258,10 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
     let seed = seed_list.join(",");
     let membership = args.membership.to_string();
     // Every node appends to one journal; a fresh one per run, so the audit sees this run only.
-    let store = args.store.clone().unwrap_or_else(|| StoreSpec::Sqlite(dir.join("journal.db").display().to_string()));
+    let store = args.store.clone().unwrap_or_else(|| StoreSpec::Sqlite {
+        path: dir.join("journal.db").display().to_string(),
+        synchronous: Default::default(),
+    });
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let schema = format!("shardline_demo_{}_{stamp}", std::process::id());
     let store_desc = match &store {

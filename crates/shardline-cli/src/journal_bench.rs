@@ -80,9 +80,10 @@ async fn appends(journal: &Arc<dyn Journal>, run: usize, per_writer: u64) -> Res
 async fn floor(spec: &StoreSpec, schema: &str, rows: Vec<(String, u64, Vec<u8>)>) -> Result<f64, BoxError> {
     let n = rows.len() as f64;
     let took = match spec {
-        StoreSpec::Sqlite(path) => {
-            let path = std::path::PathBuf::from(path);
-            tokio::task::spawn_blocking(move || shardline_sqlite::floor_insert(&path, &rows, WRITERS)).await??
+        StoreSpec::Sqlite { path, synchronous } => {
+            let (path, synchronous) = (std::path::PathBuf::from(path), *synchronous);
+            tokio::task::spawn_blocking(move || shardline_sqlite::floor_insert(&path, &rows, WRITERS, synchronous))
+                .await??
         }
         StoreSpec::Postgres(url) => postgres_floor(url, schema, &rows).await?,
         StoreSpec::Memory => return Err("the journal bench needs sqlite:// or postgres://".into()),
@@ -101,10 +102,31 @@ async fn postgres_floor(url: &str, _schema: &str, _rows: &[(String, u64, Vec<u8>
     Err(format!("--store {url} needs the `postgres` feature").into())
 }
 
+/// When a commit is on disk, for the JSON: SQLite's `synchronous` setting (the floor's too), or the
+/// PostgreSQL server's `fsync` and `synchronous_commit`, read from the server.
+async fn durability(spec: &StoreSpec, schema: &str) -> Result<String, BoxError> {
+    Ok(match spec {
+        StoreSpec::Sqlite { synchronous, .. } => format!("synchronous={}", synchronous.as_str()),
+        StoreSpec::Postgres(url) => postgres_durability(url, schema).await?,
+        StoreSpec::Memory => "memory".into(),
+    })
+}
+
+#[cfg(feature = "postgres")]
+async fn postgres_durability(url: &str, schema: &str) -> Result<String, BoxError> {
+    let config = shardline_postgres::PostgresConfig::new(url).schema(schema);
+    Ok(shardline_postgres::durability(&config).await?)
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn postgres_durability(url: &str, _schema: &str) -> Result<String, BoxError> {
+    Err(format!("--store {url} needs the `postgres` feature").into())
+}
+
 /// Removes what the run wrote: the SQLite file's directory, or the PostgreSQL schema.
 async fn cleanup(spec: &StoreSpec, schema: &str) {
     match spec {
-        StoreSpec::Sqlite(path) => {
+        StoreSpec::Sqlite { path, .. } => {
             for suffix in ["", "-wal", "-shm"] {
                 let _ = std::fs::remove_file(format!("{path}{suffix}"));
             }
@@ -168,7 +190,10 @@ async fn recovery(journal: &Arc<dyn Journal>, run: usize) -> Result<(f64, f64), 
 pub async fn journal(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let spec = match &args.store {
         Some(s) => s.clone(),
-        None => StoreSpec::Sqlite(work_dir("journal-bench")?.join("journal.db").display().to_string()),
+        None => StoreSpec::Sqlite {
+            path: work_dir("journal-bench")?.join("journal.db").display().to_string(),
+            synchronous: Default::default(),
+        },
     };
     let schema = format!("shardline_bench_{}", std::process::id());
     let journal = store::open(&spec, &schema).await?;
@@ -191,11 +216,13 @@ pub async fn journal(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
         rec_snap.push(s);
     }
     drop(journal);
+    let durability = durability(&spec, &schema).await?;
     cleanup(&spec, &schema).await;
     let (ops, base) = (median(ours.clone()), median(floors.clone()));
     Ok(json!({
         "scenario": "journal",
         "store": spec.kind(),
+        "durability": durability,
         "writers": WRITERS,
         "appends_per_writer": per_writer,
         "appends_per_s": ops,

@@ -6,15 +6,21 @@
 use std::sync::Arc;
 
 use shardline::journal::{InMemoryJournal, Journal};
-use shardline_sqlite::SqliteJournal;
+use shardline_sqlite::{SqliteJournal, SqliteOptions, Synchronous};
 
 /// A parsed `--store` value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StoreSpec {
     /// In memory (one process only; for tests).
     Memory,
-    /// The SQLite file at this path.
-    Sqlite(String),
+    /// The SQLite file at this path (`sqlite://PATH`), synced at every commit unless
+    /// `?synchronous=normal` says otherwise (see [`Synchronous`]).
+    Sqlite {
+        /// The file.
+        path: String,
+        /// When commits reach the disk.
+        synchronous: Synchronous,
+    },
     /// PostgreSQL at this URL.
     Postgres(String),
 }
@@ -25,8 +31,21 @@ impl std::str::FromStr for StoreSpec {
     fn from_str(s: &str) -> Result<Self, String> {
         if s == "memory" {
             Ok(StoreSpec::Memory)
-        } else if let Some(path) = s.strip_prefix("sqlite://").filter(|p| !p.is_empty()) {
-            Ok(StoreSpec::Sqlite(path.to_string()))
+        } else if let Some(rest) = s.strip_prefix("sqlite://").filter(|p| !p.is_empty()) {
+            let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+            if path.is_empty() {
+                return Err(format!("sqlite://PATH: no path in {s:?}"));
+            }
+            let mut synchronous = Synchronous::Full;
+            for pair in query.split('&').filter(|p| !p.is_empty()) {
+                match pair.split_once('=') {
+                    Some(("synchronous", v)) => synchronous = v.parse()?,
+                    _ => {
+                        return Err(format!("sqlite://PATH: unknown option {pair:?} (known: synchronous=full|normal)"))
+                    }
+                }
+            }
+            Ok(StoreSpec::Sqlite { path: path.to_string(), synchronous })
         } else if ["postgres://", "postgresql://"].iter().any(|p| s.len() > p.len() && s.starts_with(p)) {
             Ok(StoreSpec::Postgres(s.to_string()))
         } else {
@@ -39,7 +58,10 @@ impl std::fmt::Display for StoreSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StoreSpec::Memory => f.write_str("memory"),
-            StoreSpec::Sqlite(p) => write!(f, "sqlite://{p}"),
+            StoreSpec::Sqlite { path, synchronous: Synchronous::Full } => write!(f, "sqlite://{path}"),
+            StoreSpec::Sqlite { path, synchronous: Synchronous::Normal } => {
+                write!(f, "sqlite://{path}?synchronous=normal")
+            }
             StoreSpec::Postgres(u) => f.write_str(u),
         }
     }
@@ -50,7 +72,7 @@ impl StoreSpec {
     pub fn kind(&self) -> &'static str {
         match self {
             StoreSpec::Memory => "memory",
-            StoreSpec::Sqlite(_) => "sqlite",
+            StoreSpec::Sqlite { .. } => "sqlite",
             StoreSpec::Postgres(_) => "postgres",
         }
     }
@@ -66,8 +88,11 @@ pub fn schema_name(cluster: &str) -> String {
 pub async fn open(spec: &StoreSpec, schema: &str) -> Result<Arc<dyn Journal>, String> {
     match spec {
         StoreSpec::Memory => Ok(Arc::new(InMemoryJournal::new())),
-        StoreSpec::Sqlite(path) => {
-            Ok(Arc::new(SqliteJournal::open(path).map_err(|e| format!("SQLite journal at {path}: {e}"))?))
+        StoreSpec::Sqlite { path, synchronous } => {
+            let options = SqliteOptions { synchronous: *synchronous, ..SqliteOptions::default() };
+            let journal =
+                SqliteJournal::open_with(path, options).map_err(|e| format!("SQLite journal at {path}: {e}"))?;
+            Ok(Arc::new(journal))
         }
         StoreSpec::Postgres(url) => postgres(url, schema).await,
     }
@@ -96,14 +121,22 @@ mod tests {
     #[test]
     fn store_specs_parse_or_say_what_is_expected() {
         assert_eq!("memory".parse(), Ok(StoreSpec::Memory));
-        assert_eq!("sqlite:///var/lib/x.db".parse(), Ok(StoreSpec::Sqlite("/var/lib/x.db".into())));
+        let sqlite = |path: &str, synchronous| StoreSpec::Sqlite { path: path.into(), synchronous };
+        assert_eq!("sqlite:///var/lib/x.db".parse(), Ok(sqlite("/var/lib/x.db", Synchronous::Full)));
+        assert_eq!("sqlite://x.db?synchronous=normal".parse(), Ok(sqlite("x.db", Synchronous::Normal)));
+        assert_eq!("sqlite://x.db?synchronous=FULL".parse(), Ok(sqlite("x.db", Synchronous::Full)));
+        for bad in ["sqlite://x.db?synchronous=off", "sqlite://x.db?fsync=0", "sqlite://?synchronous=full"] {
+            assert!(bad.parse::<StoreSpec>().is_err(), "{bad:?}");
+        }
         let pg = "postgres://postgres@127.0.0.1:5432/test";
         assert_eq!(pg.parse(), Ok(StoreSpec::Postgres(pg.into())));
         for bad in ["", "sqlite://", "postgres://", "mysql://x", "/tmp/x.db"] {
             let err = bad.parse::<StoreSpec>().unwrap_err();
             assert!(err.contains("expected memory, sqlite://PATH"), "{bad:?}: {err}");
         }
-        assert_eq!(StoreSpec::Sqlite("a.db".into()).to_string(), "sqlite://a.db");
+        assert_eq!(sqlite("a.db", Synchronous::Full).to_string(), "sqlite://a.db");
+        let normal = sqlite("a.db", Synchronous::Normal);
+        assert_eq!(normal.to_string().parse(), Ok(normal), "a spec survives its display (nodes get it so)");
         assert_eq!(schema_name("Shardline-demo.1"), "shardline_demo_1");
     }
 }

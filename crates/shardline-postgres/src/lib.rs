@@ -711,3 +711,17 @@ pub async fn drop_schema(config: &PostgresConfig) -> Result<(), JournalError> {
     let client = connect(config).await?;
     client.batch_execute(&format!("DROP SCHEMA {} CASCADE", config.schema)).await.map_err(db)
 }
+
+/// How the server makes a commit durable, as `fsync=…, synchronous_commit=…` from its own
+/// settings: benchmarks print it beside their figures, since a server run with `fsync=off` (as the
+/// test drills' own servers are, to spare the disk) commits far faster than one that syncs.
+pub async fn durability(config: &PostgresConfig) -> Result<String, JournalError> {
+    let client = connect(config).await?;
+    let mut settings = Vec::new();
+    for name in ["fsync", "synchronous_commit"] {
+        let row = client.query_one(&format!("SHOW {name}"), &[]).await.map_err(db)?;
+        let value: String = row.try_get(0).map_err(db)?;
+        settings.push(format!("{name}={value}"));
+    }
+    Ok(settings.join(", "))
+}

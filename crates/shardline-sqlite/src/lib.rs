@@ -76,11 +76,60 @@ pub struct SqliteOptions {
     /// Pages of write-ahead log past which a writer waits until the log can start over (the
     /// file's size on disk is about this many times 4 KiB; see the module docs). Default 16,384.
     pub wal_restart_pages: u32,
+    /// When a commit reaches the disk. Default [`Synchronous::Full`]: an answered command is on
+    /// disk.
+    pub synchronous: Synchronous,
 }
 
 impl Default for SqliteOptions {
     fn default() -> Self {
-        SqliteOptions { wal_restart_pages: 16_384 }
+        SqliteOptions { wal_restart_pages: 16_384, synchronous: Synchronous::Full }
+    }
+}
+
+/// SQLite's `synchronous` setting for the journal file (in WAL mode).
+///
+/// An entity answers a command once its events are committed, so this decides what an answer
+/// promises.
+///
+/// ```
+/// use shardline_sqlite::{SqliteOptions, Synchronous};
+///
+/// assert_eq!(SqliteOptions::default().synchronous, Synchronous::Full);
+/// assert_eq!("normal".parse::<Synchronous>(), Ok(Synchronous::Normal));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Synchronous {
+    /// Every commit is synced to disk before it is answered: an answered command survives a
+    /// power loss or an operating system crash. The group commit of the writer thread pays one
+    /// sync for every request waiting.
+    #[default]
+    Full,
+    /// Commits are synced at checkpoints only: an answered command survives a crash of the
+    /// process, but the last commits before a power loss or an operating system crash can be
+    /// lost although they were answered. Faster; choose it only where that is acceptable.
+    Normal,
+}
+
+impl Synchronous {
+    /// The pragma's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        }
+    }
+}
+
+impl std::str::FromStr for Synchronous {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "full" => Ok(Synchronous::Full),
+            "normal" => Ok(Synchronous::Normal),
+            _ => Err(format!("synchronous: expected full or normal, got {s:?}")),
+        }
     }
 }
 
@@ -99,7 +148,7 @@ impl SqliteJournal {
         // "busy" at once (no busy handler can resolve that), so the loser starts over.
         let deadline = Instant::now() + OPEN_WAIT;
         let conn = loop {
-            match connect(&path) {
+            match connect(&path, options.synchronous) {
                 Ok(conn) => break conn,
                 Err(e) if is_busy(&e) && Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
                 Err(e) if is_busy(&e) => return Err(unavailable(&path, e)),
@@ -156,11 +205,11 @@ fn is_busy(e: &rusqlite::Error) -> bool {
 }
 
 /// Opens the file, switches it to WAL and migrates it.
-fn connect(path: &Path) -> Result<Connection, rusqlite::Error> {
+fn connect(path: &Path, synchronous: Synchronous) -> Result<Connection, rusqlite::Error> {
     let mut conn = Connection::open(path)?;
     conn.busy_handler(Some(wait_for_lock))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
-    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "synchronous", synchronous.as_str())?;
     conn.wal_hook(Some(after_commit));
     migrate(&mut conn)?;
     Ok(conn)
@@ -540,17 +589,19 @@ fn forget(c: &Connection, f: &Fence, entity_id: &str) -> Result<(), JournalError
 
 /// The floor the journal benchmark compares appends with: the same rows inserted raw, in
 /// transactions of `per_transaction` rows, into a table of the same shape (no fence, no sequence
-/// check), in a file of its own next to `path`. Returns how long the inserts took.
+/// check), in a file of its own next to `path`, synced as the journal is (`synchronous`).
+/// Returns how long the inserts took.
 pub fn floor_insert(
     path: &Path,
     rows: &[(String, u64, Vec<u8>)],
     per_transaction: usize,
+    synchronous: Synchronous,
 ) -> Result<Duration, JournalError> {
     let file = path.with_extension("floor.db");
     let _ = std::fs::remove_file(&file);
     let mut conn = Connection::open(&file).map_err(|e| unavailable(&file, e))?;
     conn.pragma_update(None, "journal_mode", "WAL").map_err(|e| failed(&file, e))?;
-    conn.pragma_update(None, "synchronous", "NORMAL").map_err(|e| failed(&file, e))?;
+    conn.pragma_update(None, "synchronous", synchronous.as_str()).map_err(|e| failed(&file, e))?;
     conn.execute_batch(
         "CREATE TABLE floor (persistence_id TEXT NOT NULL, seq INTEGER NOT NULL, payload BLOB NOT NULL,
             PRIMARY KEY (persistence_id, seq)) WITHOUT ROWID",
@@ -575,4 +626,24 @@ pub fn floor_insert(
         let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
     }
     Ok(took)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An answered command is on disk unless the user chose otherwise: the journal's connection
+    /// syncs every commit by default.
+    #[test]
+    fn the_journal_syncs_every_commit_by_default() {
+        let dir = std::env::temp_dir().join(format!("shardline-sync-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (chosen, pragma) in [(SqliteOptions::default().synchronous, 2), (Synchronous::Normal, 1)] {
+            let path = dir.join(format!("{}.db", chosen.as_str()));
+            let conn = connect(&path, chosen).unwrap();
+            let got: i64 = conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
+            assert_eq!(got, pragma, "{chosen:?}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

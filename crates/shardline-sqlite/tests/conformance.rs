@@ -152,7 +152,7 @@ async fn a_version_1_file_is_migrated_with_its_events() {
 async fn the_write_ahead_log_stays_bounded_under_writers_from_several_handles() {
     const LIMIT_PAGES: u32 = 256;
     let path = temp_file("wal-bound");
-    let options = shardline_sqlite::SqliteOptions { wal_restart_pages: LIMIT_PAGES };
+    let options = shardline_sqlite::SqliteOptions { wal_restart_pages: LIMIT_PAGES, ..Default::default() };
     let handles: Vec<Arc<dyn Journal>> = (0..3)
         .map(|_| Arc::new(SqliteJournal::open_with(&path, options.clone()).unwrap()) as Arc<dyn Journal>)
         .collect();
