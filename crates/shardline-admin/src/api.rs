@@ -37,6 +37,8 @@ fn refused(e: Refused) -> ApiError {
         Refused::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
         Refused::NoLeader(_) => StatusCode::SERVICE_UNAVAILABLE,
         Refused::NoAnswer { .. } => StatusCode::BAD_GATEWAY,
+        // This API took the request; the node that must act did not (no shared admin secret).
+        Refused::Unauthorized(_) => StatusCode::FORBIDDEN,
     };
     if status.is_server_error() {
         warn!(error = %e, "admin request not answered");

@@ -4,6 +4,12 @@
 //! Reads (status, shard maps, health, metrics) stay open: probes and scrapers carry no secret,
 //! and a node bound to loopback is reachable only from its own host. An admin API that listens on
 //! any other address must have a token ([`check_exposure`]): a node refuses to start otherwise.
+//!
+//! Without a token, loopback is not enough for the actions: a web page in a browser on the same
+//! host can send a cross-site `POST` to `127.0.0.1`, or reach it through a name of its own that
+//! resolves there (DNS rebinding). Browsers say where such a request comes from (`Origin`), so an
+//! action without a token is taken only when it carries no `Origin` (curl, `shardline drain`) or
+//! comes from this API's own pages on a loopback name.
 
 use std::net::SocketAddr;
 
@@ -80,7 +86,7 @@ impl FromRequestParts<AdminState> for Authorized {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &AdminState) -> Result<Self, Self::Rejection> {
-        let Some(token) = &state.token else { return Ok(Authorized) };
+        let Some(token) = &state.token else { return same_host(parts).map_err(IntoResponse::into_response) };
         let offered = parts
             .headers
             .get(header::AUTHORIZATION)
@@ -101,6 +107,36 @@ impl FromRequestParts<AdminState> for Authorized {
     }
 }
 
+/// Without a token: a request that no browser sent (no `Origin`), or one from this API's own
+/// page, served under a loopback name. Anything else is a 403.
+fn same_host(parts: &Parts) -> Result<Authorized, ApiError> {
+    let Some(origin) = parts.headers.get(header::ORIGIN) else { return Ok(Authorized) };
+    let host = parts.headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
+    let origin = origin.to_str().unwrap_or_default();
+    let authority = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://"));
+    if authority.is_some_and(|a| a.eq_ignore_ascii_case(host)) && is_loopback_name(host) {
+        return Ok(Authorized);
+    }
+    warn!(method = %parts.method, path = %parts.uri.path(), %origin, "admin request refused: sent by a page of another site");
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        format!(
+            "a request from a page of {origin:?}: without an admin token, actions are taken only from clients that \
+             send no Origin (curl, shardline) or from this API's own pages on 127.0.0.1, [::1] or localhost"
+        ),
+    ))
+}
+
+/// Whether `host` (a `Host` header: name or address, and a port) names this host's loopback.
+fn is_loopback_name(host: &str) -> bool {
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if !name.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    };
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,6 +149,31 @@ mod tests {
         assert!(!t.matches(b"0123456789abcde"));
         assert!(!t.matches(b""));
         assert_eq!(format!("{t:?}"), "AdminToken(…)");
+    }
+
+    #[test]
+    fn without_a_token_only_requests_no_browser_sent_or_from_its_own_page_act() {
+        let parts = |origin: Option<&str>, host: &str| {
+            let mut b = axum::http::Request::post("/api/rebalance").header(header::HOST, host);
+            if let Some(o) = origin {
+                b = b.header(header::ORIGIN, o);
+            }
+            b.body(()).unwrap().into_parts().0
+        };
+        assert!(same_host(&parts(None, "127.0.0.1:9090")).is_ok(), "curl");
+        assert!(same_host(&parts(Some("http://127.0.0.1:9090"), "127.0.0.1:9090")).is_ok(), "its own page");
+        assert!(same_host(&parts(Some("http://localhost:9090"), "localhost:9090")).is_ok());
+        assert!(same_host(&parts(Some("http://[::1]:9090"), "[::1]:9090")).is_ok());
+        for (origin, host) in [
+            ("http://evil.example", "127.0.0.1:9090"),
+            ("null", "127.0.0.1:9090"),
+            ("http://127.0.0.1:8080", "127.0.0.1:9090"),
+            // DNS rebinding: a name of the attacker's that resolves to 127.0.0.1.
+            ("http://rebind.example:9090", "rebind.example:9090"),
+        ] {
+            let refused = same_host(&parts(Some(origin), host)).err().map(|e| e.status);
+            assert_eq!(refused, Some(StatusCode::FORBIDDEN), "{origin} → {host}");
+        }
     }
 
     #[test]

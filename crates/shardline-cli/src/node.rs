@@ -52,6 +52,11 @@ async fn start(args: &NodeArgs, journal: &Arc<dyn Journal>, rejoining: bool) -> 
     if let Some(p) = &args.ownership_log {
         b = b.ownership_log(p);
     }
+    // Drains, rebalances and assignments that reach this node through another one must carry
+    // the admin token's tag (or come from a TLS-certified peer).
+    if let Some(token) = &args.admin_token {
+        b = b.admin_secret(token.as_bytes());
+    }
     // Read at every start: a node that rejoins takes a renewed certificate.
     if let Some(tls) = args.tls.load()? {
         b = b.tls(tls);

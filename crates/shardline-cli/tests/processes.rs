@@ -504,6 +504,10 @@ async fn a_node_process_serves_its_admin_api() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot listen on 256.0.0.1:80"));
 }
 
+/// The admin token of the nodes of the admin test: with it, a drain or rebalance asked of one
+/// node for another carries the token's tag, which the other requires.
+const ADMIN_TOKEN: &str = "the-admin-token-of-this-test";
+
 /// `shardline status | shards | drain | rebalance` with `--admin`: the binary against node
 /// processes, as an operator would run it.
 fn admin_cli(args: &[&str], admin: u16) -> (Option<i32>, String, String) {
@@ -511,6 +515,7 @@ fn admin_cli(args: &[&str], admin: u16) -> (Option<i32>, String, String) {
         .args(args)
         .args(["--admin", &format!("http://127.0.0.1:{admin}")])
         .env_remove("SHARDLINE_ADMIN_URL")
+        .env("SHARDLINE_ADMIN_TOKEN", ADMIN_TOKEN)
         .output()
         .expect("the shardline binary starts");
     (
@@ -523,8 +528,10 @@ fn admin_cli(args: &[&str], admin: u16) -> (Option<i32>, String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_commands_show_a_cluster_and_drain_a_node() {
     let (p1, p2, a1, a2) = (free_port(), free_port(), free_port(), free_port());
-    let _n1 = spawn_with("n1", p1, p1, &["--admin", &format!("127.0.0.1:{a1}")], Stdio::null(), "warn");
-    let mut n2 = spawn_with("n2", p2, p1, &["--admin", &format!("127.0.0.1:{a2}")], Stdio::null(), "warn");
+    let (admin1, admin2) = (format!("127.0.0.1:{a1}"), format!("127.0.0.1:{a2}"));
+    let admin = |a| ["--admin", a, "--admin-token", ADMIN_TOKEN];
+    let _n1 = spawn_with("n1", p1, p1, &admin(&admin1), Stdio::null(), "warn");
+    let mut n2 = spawn_with("n2", p2, p1, &admin(&admin2), Stdio::null(), "warn");
     let start = Instant::now();
     let status = loop {
         if let (Some(0), out, _) = admin_cli(&["status", "--json"], a1) {

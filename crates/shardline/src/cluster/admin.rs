@@ -46,6 +46,10 @@ pub enum AdminError {
     /// does not take assignments).
     #[error("{0}")]
     Invalid(String),
+    /// A request that changes the cluster came from another node without proof that an
+    /// operator sent it (see [`ClusterBuilder::admin_secret`](crate::ClusterBuilder::admin_secret)).
+    #[error("not authorized: {0}")]
+    Unauthorized(String),
     /// The member did not answer (down, unreachable, too slow).
     #[error("{node} did not answer: {reason}")]
     NoAnswer {
@@ -157,6 +161,22 @@ pub(crate) enum AdminQuery {
     Assign { type_key: TypeKey, assignments: Vec<(u32, String)> },
     /// Leave the cluster gracefully (the node to drain).
     Drain,
+    /// A request that changes the cluster, encoded, with the tag of the cluster's admin secret
+    /// (see [`admin_auth`](super::admin_auth)).
+    Signed { at_ms: u64, query: Vec<u8>, tag: Vec<u8> },
+}
+
+impl AdminQuery {
+    /// Whether answering it changes the cluster.
+    pub(crate) fn changes(&self) -> bool {
+        match self {
+            AdminQuery::Hosting | AdminQuery::ShardMap { .. } | AdminQuery::Rebalancing { .. } => false,
+            AdminQuery::Rebalance { .. }
+            | AdminQuery::Assign { .. }
+            | AdminQuery::Drain
+            | AdminQuery::Signed { .. } => true,
+        }
+    }
 }
 
 /// The answer to an [`AdminQuery`].
@@ -299,8 +319,13 @@ impl Cluster {
     /// not processed, never dropped.
     pub(super) fn answer_admin(&self, from: &NodeId, req_id: u64, query: &[u8]) {
         let body = match postcard::from_bytes::<AdminQuery>(query) {
-            Ok(q) => postcard::to_allocvec(&self.answer(q))
-                .map_err(|e| Error::Rejected(format!("cannot encode the answer: {e}"))),
+            Ok(q) => {
+                let answered = self.inner.admin_auth.admit(from, self.node_id(), q).and_then(|q| self.answer(q));
+                if let Err(AdminError::Unauthorized(why)) = &answered {
+                    warn!(peer = %from, %why, "admin request refused");
+                }
+                postcard::to_allocvec(&answered).map_err(|e| Error::Rejected(format!("cannot encode the answer: {e}")))
+            }
             Err(e) => {
                 warn!(peer = %from, error = %e, "unreadable admin question: refused");
                 Err(Error::Rejected(format!("unreadable admin question: {e}")))
@@ -344,6 +369,7 @@ impl Cluster {
                 c.assign(&assignments).map_err(AdminError::Invalid)?;
                 Ok(AdminAnswer::Rebalancing(report(&type_key, &c.rebalancing())))
             }
+            AdminQuery::Signed { .. } => Err(AdminError::Invalid("a signed request is answered once admitted".into())),
             AdminQuery::Drain => {
                 if !self.begin_leave() {
                     return Err(AdminError::AlreadyLeaving(self.node_id().name.to_string()));
@@ -384,6 +410,7 @@ impl Cluster {
             return self.answer(query);
         }
         let no_answer = |reason: String| AdminError::NoAnswer { node: node.name.to_string(), reason };
+        let query = self.inner.admin_auth.seal(self.node_id(), node, query)?;
         let query = postcard::to_allocvec(&query).map_err(|e| no_answer(format!("cannot encode the question: {e}")))?;
         let (tx, rx) = oneshot::channel::<Result<Answered, Error>>();
         let req_id = self.inner.node.pending().register(tx);

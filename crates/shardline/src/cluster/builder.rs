@@ -32,6 +32,7 @@ pub struct ClusterBuilder {
     pub(super) transport: Option<TransportConfig>,
     pub(super) ownership_log: Option<std::path::PathBuf>,
     pub(super) network: Option<Arc<dyn Network>>,
+    pub(super) admin_secret: Option<Vec<u8>>,
 }
 
 impl ClusterBuilder {
@@ -105,6 +106,18 @@ impl ClusterBuilder {
         self
     }
 
+    /// The secret that lets an operator's request reach other nodes: drain, rebalance and shard
+    /// assignments asked of this node for another one travel as cluster messages, and a node
+    /// takes them only with a tag made with the same secret (or from peers certified by mutual
+    /// TLS). Give every node the same one; `shardline node` gives its admin token. Without it
+    /// and without TLS, such a request is refused with
+    /// [`AdminError::Unauthorized`](crate::AdminError::Unauthorized), since anyone who knows the
+    /// cluster's name can connect as a peer. Questions that change nothing need no secret.
+    pub fn admin_secret(mut self, secret: impl Into<Vec<u8>>) -> Self {
+        self.admin_secret = Some(secret.into());
+        self
+    }
+
     /// Appends `time_ms node type shard epoch start|stop` lines to this file whenever a shard
     /// starts or stops here (for ownership checks).
     pub fn ownership_log(mut self, path: impl Into<std::path::PathBuf>) -> Self {
@@ -159,6 +172,8 @@ impl ClusterBuilder {
                  outside development"
             ),
         }
+        let admin_auth =
+            super::admin_auth::AdminAuth::new(&self.cluster_name, self.admin_secret.as_deref(), tconf.tls.is_some());
         let transport = Transport::at(NodeId::new(name, incarnation), addr, tconf, self.network.clone());
         let me = transport.me().clone();
         let (gossip_tx, gossip_rx) = mpsc::channel(1024);
@@ -203,6 +218,7 @@ impl ClusterBuilder {
             down_tx,
             down_rx,
             leave: watch::channel(super::Leave::Staying).0,
+            admin_auth,
         });
         transport.serve_from(listener, Arc::new(Dispatcher(Arc::downgrade(&inner))));
         let cluster = Cluster { inner };

@@ -3,6 +3,7 @@
 //! entities through [`EntityHandle`] and [`EntityRef`].
 
 pub(crate) mod admin;
+mod admin_auth;
 mod builder;
 mod dispatch;
 mod readiness;
@@ -52,6 +53,8 @@ pub(crate) struct NodeInner {
     pub(super) down_rx: watch::Receiver<Option<String>>,
     /// Where the graceful leave is: one at a time, however it was started.
     pub(super) leave: watch::Sender<Leave>,
+    /// Who may change the cluster through this node's peers.
+    pub(super) admin_auth: admin_auth::AdminAuth,
 }
 
 /// Where a node's graceful leave is.
@@ -88,6 +91,7 @@ impl Cluster {
             transport: None,
             ownership_log: None,
             network: None,
+            admin_secret: None,
         }
     }
 
