@@ -192,9 +192,12 @@ pub struct MembershipArgs {
     /// `--membership seeds`.
     #[arg(long, env = "SHARDLINE_SEEDS", value_delimiter = ',', required_if_eq("membership", "seeds"))]
     pub seeds: Vec<String>,
-    /// Membership: seeds, etcd://HOST:PORT or nats://HOST:PORT.
-    #[arg(long, env = "SHARDLINE_MEMBERSHIP", default_value = "seeds")]
-    pub membership: MembershipSpec,
+    /// Membership: seeds, etcd://HOST:PORT, nats://HOST:PORT, postgres://USER@HOST:PORT/DATABASE
+    /// (leases in the database, in the cluster's schema) or sqlite://PATH (the nodes of one host).
+    /// Default: a node whose journal is PostgreSQL keeps its leases in that database; otherwise
+    /// seeds.
+    #[arg(long, env = "SHARDLINE_MEMBERSHIP")]
+    pub membership: Option<MembershipSpec>,
     /// Split-brain resolution: off, keep-majority, keep-oldest or static-quorum:N. Gossip
     /// default: off. Lease membership (etcd, NATS) races for a key in its store, which keeps
     /// the larger side: on (keep-majority) by default, or off.
@@ -210,7 +213,24 @@ impl MembershipArgs {
     /// The lease and gossip settings these flags give; a policy lease membership cannot run is
     /// an error.
     pub fn settings(&self) -> Result<(LeaseConfig, GossipConfig), String> {
-        resolve_split_brain(&self.membership, self.split_brain.as_ref(), self.stable_after_ms)
+        resolve_split_brain(&self.spec()?, self.split_brain.as_ref(), self.stable_after_ms)
+    }
+
+    /// The membership named, or seeds; seeds need `--seeds`.
+    pub fn spec(&self) -> Result<MembershipSpec, String> {
+        let spec = self.membership.clone().unwrap_or(MembershipSpec::Seeds);
+        if spec == MembershipSpec::Seeds && self.seeds.is_empty() {
+            return Err("gossip membership (--membership seeds, the default) needs --seeds HOST:PORT[,…]".into());
+        }
+        Ok(spec)
+    }
+
+    /// A node's default: leases in its journal's PostgreSQL database, when it has one and no
+    /// membership was named.
+    pub fn default_to_journal(&mut self, store: &StoreSpec) {
+        if let (None, StoreSpec::Postgres(url)) = (&self.membership, store) {
+            self.membership = Some(MembershipSpec::Postgres(url.clone()));
+        }
     }
 }
 
@@ -282,7 +302,8 @@ pub struct DemoArgs {
     /// First port of the node processes (default: free ports chosen by the system).
     #[arg(long)]
     pub base_port: Option<u16>,
-    /// Membership: seeds, etcd://HOST:PORT or nats://HOST:PORT.
+    /// Membership: seeds, etcd://HOST:PORT, nats://HOST:PORT, postgres://USER@HOST:PORT/DATABASE
+    /// (leases in the database, in the cluster's schema) or sqlite://PATH (the nodes of one host).
     #[arg(long, default_value = "seeds")]
     pub membership: MembershipSpec,
     /// `standard`: scale-out, graceful leave, kill -9. `rolling-restart`: every node restarted

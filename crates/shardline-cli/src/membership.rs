@@ -1,7 +1,8 @@
-//! `--membership seeds | etcd://HOST:PORT | nats://HOST:PORT`.
+//! `--membership seeds | etcd://HOST:PORT | nats://HOST:PORT | postgres://… | sqlite://PATH`.
 //!
-//! The etcd and NATS stores are cargo features of this crate (`etcd`, `nats`), off by default so
-//! that the demo builds with nothing but the Rust toolchain. A spec naming a store this build
+//! The etcd, NATS and PostgreSQL stores are cargo features of this crate (`etcd`, `nats`,
+//! `postgres`), off by default so that the demo builds with nothing but the Rust toolchain; the
+//! SQLite store (for the nodes of one host) is compiled in. A spec naming a store this build
 //! lacks is an error that says which feature to turn on, never a silent fall-back to seeds.
 
 use std::sync::Arc;
@@ -14,6 +15,9 @@ use shardline_core::SplitBrainPolicy;
 use shardline_etcd::EtcdStore;
 #[cfg(feature = "nats")]
 use shardline_nats::NatsStore;
+#[cfg(feature = "postgres")]
+use shardline_postgres::PostgresStore;
+use shardline_sqlite::SqliteStore;
 
 /// A parsed `--membership` value.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +28,11 @@ pub enum MembershipSpec {
     Etcd(String),
     /// Leases on NATS JetStream KV at this URL.
     Nats(String),
+    /// Leases in the PostgreSQL database at this URL (the journal's, usually), expiring by the
+    /// server's clock.
+    Postgres(String),
+    /// Leases in the SQLite file at this path, shared by the nodes of one host.
+    Sqlite(String),
 }
 
 impl std::str::FromStr for MembershipSpec {
@@ -36,8 +45,15 @@ impl std::str::FromStr for MembershipSpec {
             Ok(MembershipSpec::Etcd(addr.to_string()))
         } else if s.starts_with("nats://") && s.len() > "nats://".len() {
             Ok(MembershipSpec::Nats(s.to_string()))
+        } else if ["postgres://", "postgresql://"].iter().any(|p| s.len() > p.len() && s.starts_with(p)) {
+            Ok(MembershipSpec::Postgres(s.to_string()))
+        } else if let Some(path) = s.strip_prefix("sqlite://").filter(|p| !p.is_empty()) {
+            Ok(MembershipSpec::Sqlite(path.to_string()))
         } else {
-            Err(format!("expected seeds, etcd://HOST:PORT or nats://HOST:PORT, got {s:?}"))
+            Err(format!(
+                "expected seeds, etcd://HOST:PORT, nats://HOST:PORT, postgres://USER@HOST:PORT/DATABASE or \
+                 sqlite://PATH, got {s:?}"
+            ))
         }
     }
 }
@@ -47,7 +63,8 @@ impl std::fmt::Display for MembershipSpec {
         match self {
             MembershipSpec::Seeds => f.write_str("seeds"),
             MembershipSpec::Etcd(a) => write!(f, "etcd://{a}"),
-            MembershipSpec::Nats(u) => f.write_str(u),
+            MembershipSpec::Nats(u) | MembershipSpec::Postgres(u) => f.write_str(u),
+            MembershipSpec::Sqlite(p) => write!(f, "sqlite://{p}"),
         }
     }
 }
@@ -124,7 +141,25 @@ pub async fn store(spec: &MembershipSpec, cluster: &str) -> Result<Option<Arc<dy
         MembershipSpec::Seeds => Ok(None),
         MembershipSpec::Etcd(addr) => etcd_store(addr, timeout).await.map(Some),
         MembershipSpec::Nats(url) => nats_store(url, cluster, timeout).await.map(Some),
+        MembershipSpec::Postgres(url) => postgres_store(url, cluster, timeout).await.map(Some),
+        MembershipSpec::Sqlite(path) => {
+            let store = SqliteStore::open(path).map_err(|e| format!("SQLite at {path}: {e}"))?;
+            Ok(Some(Arc::new(store)))
+        }
     }
+}
+
+/// The store's tables go in the schema the journal of `shardline node` uses for this cluster.
+#[cfg(feature = "postgres")]
+async fn postgres_store(url: &str, cluster: &str, timeout: Duration) -> Result<Arc<dyn CoordinationStore>, String> {
+    let schema = crate::store::schema_name(cluster);
+    let store = PostgresStore::connect(url, &schema, timeout).await.map_err(|e| format!("PostgreSQL at {url}: {e}"))?;
+    Ok(Arc::new(store))
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn postgres_store(url: &str, _cluster: &str, _timeout: Duration) -> Result<Arc<dyn CoordinationStore>, String> {
+    Err(missing_feature("postgres", url))
 }
 
 #[cfg(feature = "etcd")]
@@ -151,7 +186,7 @@ async fn nats_store(url: &str, _cluster: &str, _timeout: Duration) -> Result<Arc
     Err(missing_feature("nats", url))
 }
 
-#[cfg(any(not(feature = "etcd"), not(feature = "nats")))]
+#[cfg(any(not(feature = "etcd"), not(feature = "nats"), not(feature = "postgres")))]
 fn missing_feature(feature: &str, spec: &str) -> String {
     format!(
         "--membership {spec} needs the `{feature}` feature, which this build lacks: \
@@ -181,4 +216,29 @@ pub async fn provider_with(
         None => Box::new(Gossip::new(seeds.to_vec()).with_config(gossip)),
         Some(store) => Box::new(Leases::new(store, cluster, leases)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn membership_specs_parse_and_print_back() {
+        for (text, spec) in [
+            ("seeds", MembershipSpec::Seeds),
+            ("etcd://127.0.0.1:2379", MembershipSpec::Etcd("127.0.0.1:2379".into())),
+            ("nats://127.0.0.1:4222", MembershipSpec::Nats("nats://127.0.0.1:4222".into())),
+            (
+                "postgres://postgres@127.0.0.1:5432/test",
+                MembershipSpec::Postgres("postgres://postgres@127.0.0.1:5432/test".into()),
+            ),
+            ("sqlite://run/members.db", MembershipSpec::Sqlite("run/members.db".into())),
+        ] {
+            assert_eq!(text.parse(), Ok(spec.clone()), "{text}");
+            assert_eq!(spec.to_string(), text);
+        }
+        for bad in ["", "etcd://", "postgres://", "sqlite://", "zookeeper://x"] {
+            assert!(bad.parse::<MembershipSpec>().is_err(), "{bad:?}");
+        }
+    }
 }

@@ -15,7 +15,7 @@ use tracing::{error, info, warn};
 use crate::args::NodeArgs;
 use shardline::membership::lease::LeaseConfig;
 use shardline::GossipConfig;
-use shardline_cli::membership::{lease_config, provider_with};
+use shardline_cli::membership::{lease_config, provider_with, MembershipSpec};
 use shardline_cli::{register_accounts, store, Echo};
 
 /// The entity types every demo node serves; accounts keep their journal in `journal`.
@@ -42,7 +42,7 @@ async fn start(args: &NodeArgs, journal: &Arc<dyn Journal>, rejoining: bool) -> 
     // it is out of reach (see `GossipConfig::rejoin`).
     let gossip = GossipConfig { term_floor: floor, rejoin: rejoining, ..gossip };
     let m = &args.members;
-    let membership = provider_with(&m.membership, &args.cluster, &m.seeds, leases, gossip).await?;
+    let membership = provider_with(&m.spec()?, &args.cluster, &m.seeds, leases, gossip).await?;
     let mut b = Cluster::builder()
         .cluster_name(&args.cluster)
         .node_name(&args.name)
@@ -96,7 +96,13 @@ fn cut_short(cluster: &Cluster) -> i32 {
 const LEAVE_CUT_SHORT: i32 = 130;
 
 /// Runs a node until it is told to stop; returns the process exit code.
-pub async fn run(args: NodeArgs) -> i32 {
+pub async fn run(mut args: NodeArgs) -> i32 {
+    if args.members.membership.is_none() {
+        args.members.default_to_journal(&args.store);
+        if args.members.membership.is_some() {
+            info!("membership: leases in the journal's PostgreSQL database (the default with a PostgreSQL journal; --membership seeds for gossip)");
+        }
+    }
     let (mut term, mut int) = match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
         (Ok(t), Ok(i)) => (t, i),
         _ => {
@@ -178,7 +184,7 @@ pub async fn run(args: NodeArgs) -> i32 {
                 }
             };
         }
-        info!(node = %cluster.node_id(), addr = %cluster.local_addr(), membership = %args.members.membership, store = %args.store, "serving");
+        info!(node = %cluster.node_id(), addr = %cluster.local_addr(), membership = %args.members.spec().unwrap_or(MembershipSpec::Seeds), store = %args.store, "serving");
         tokio::select! {
             _ = term.recv() => {}
             _ = int.recv() => {}

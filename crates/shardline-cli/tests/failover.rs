@@ -1,6 +1,10 @@
-//! Failure tests on real coordination servers, with real `shardline node` processes.
+//! Failure tests on real coordination stores, with real `shardline node` processes.
 //! Needs: etcd (Debian `etcd-server`) and nats-server with JetStream (Debian `nats-server`);
-//! each test starts its own server on free loopback ports. A missing binary fails the test.
+//! each test starts its own server on free loopback ports. A missing binary fails the test. The
+//! SQLite tests keep their leases in a file of their own; the PostgreSQL ones (the `postgres`
+//! feature) in the server at `SHARDLINE_TEST_POSTGRES` (default
+//! `postgres://postgres@127.0.0.1:5432/test`), in the schema of the nodes' cluster, which they
+//! drop first; a server that cannot be reached fails them.
 //!
 //! Every node appends `time node type shard epoch start|stop` to one ownership log; after each
 //! test a checker proves no two nodes ever hosted the same shard at overlapping times (a killed
@@ -175,22 +179,56 @@ async fn stored_map_of(maps: &ShardMaps, term: u64) {
     }
 }
 
-fn spec(server: &ServerProcess, etcd: bool) -> (MembershipSpec, String) {
-    if etcd {
-        (MembershipSpec::Etcd(server.addr.clone()), format!("etcd://{}", server.addr))
-    } else {
-        (MembershipSpec::Nats(format!("nats://{}", server.addr)), format!("nats://{}", server.addr))
-    }
+/// Where the leases live.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Etcd,
+    Nats,
+    /// A file of the test's own, next to its ownership log.
+    Sqlite,
+    /// The machine's PostgreSQL server.
+    #[cfg(feature = "postgres")]
+    Postgres,
 }
 
-fn start_server(etcd: bool) -> ServerProcess {
-    if etcd { ServerProcess::etcd() } else { ServerProcess::nats() }.expect("server starts")
+/// A running store: a server of the test's own, a file, or a schema of the machine's server.
+struct Witness {
+    server: Option<ServerProcess>,
+    spec: MembershipSpec,
+}
+
+fn postgres_url() -> String {
+    std::env::var("SHARDLINE_TEST_POSTGRES").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+async fn start_witness(kind: Kind, log: &Path) -> Witness {
+    let server = match kind {
+        Kind::Etcd => Some(ServerProcess::etcd().expect("etcd starts")),
+        Kind::Nats => Some(ServerProcess::nats().expect("nats-server starts")),
+        _ => None,
+    };
+    let spec = match (kind, &server) {
+        (Kind::Etcd, Some(s)) => MembershipSpec::Etcd(s.addr.clone()),
+        (Kind::Nats, Some(s)) => MembershipSpec::Nats(format!("nats://{}", s.addr)),
+        (Kind::Sqlite, _) => MembershipSpec::Sqlite(log.with_extension("members.db").display().to_string()),
+        #[cfg(feature = "postgres")]
+        (Kind::Postgres, _) => {
+            // The nodes' cluster's schema, left over from an earlier run: gone first.
+            let config = shardline_postgres::PostgresConfig::new(postgres_url()).schema("shardline_demo");
+            if let Err(e) = shardline_postgres::drop_schema(&config).await {
+                assert!(e.to_string().contains("does not exist"), "PostgreSQL at {}: {e}", postgres_url());
+            }
+            MembershipSpec::Postgres(postgres_url())
+        }
+        _ => unreachable!("a server for every server kind"),
+    };
+    Witness { server, spec }
 }
 
 /// Nodes n1, n2 and n3 on `server`, every one hosting shards and every shard answering, and a
 /// driver that knows the leader.
-async fn three_serving(server: &ServerProcess, etcd: bool, log: &Path) -> (Vec<Node>, Cluster, Accounts) {
-    let (spec, url) = spec(server, etcd);
+async fn three_serving(witness: &Witness, log: &Path) -> (Vec<Node>, Cluster, Accounts) {
+    let (spec, url) = (witness.spec.clone(), witness.spec.to_string());
     let nodes: Vec<Node> = ["n1", "n2", "n3"].iter().map(|n| Node::spawn(n, &url, log)).collect();
     let (driver, h) = driver(&spec).await;
     let h2 = h.clone();
@@ -205,12 +243,12 @@ async fn three_serving(server: &ServerProcess, etcd: bool, log: &Path) -> (Vec<N
     (nodes, driver, h)
 }
 
-async fn kill_member_then_leader(etcd: bool) {
+async fn kill_member_then_leader(kind: Kind) {
     let _one = ONE_AT_A_TIME.lock().await;
-    let server = start_server(etcd);
-    let (spec, _) = spec(&server, etcd);
     let log = temp_log("kill");
-    let (mut nodes, driver, h) = three_serving(&server, etcd, &log).await;
+    let witness = start_witness(kind, &log).await;
+    let spec = witness.spec.clone();
+    let (mut nodes, driver, h) = three_serving(&witness, &log).await;
     let mut killed = Vec::new();
     // A member (not the leader) dies.
     let (leader, term) = driver.view().leader.expect("a leader");
@@ -240,11 +278,12 @@ async fn kill_member_then_leader(etcd: bool) {
     check_ownership(&log, &killed);
 }
 
-async fn store_outage_fences_everyone(etcd: bool) {
+async fn store_outage_fences_everyone(kind: Kind) {
     let _one = ONE_AT_A_TIME.lock().await;
-    let mut server = start_server(etcd);
-    let (spec, url) = spec(&server, etcd);
     let log = temp_log("outage");
+    let witness = start_witness(kind, &log).await;
+    let (spec, url) = (witness.spec.clone(), witness.spec.to_string());
+    let mut server = witness.server.expect("a server the test can stop");
     let nodes: Vec<Node> = ["n1", "n2"].iter().map(|n| Node::spawn(n, &url, &log)).collect();
     let (_driver, h) = driver(&spec).await;
     let h2 = h.clone();
@@ -288,11 +327,11 @@ async fn store_outage_fences_everyone(etcd: bool) {
 /// The leader is paused (SIGSTOP) for longer than its lease: cut off from the store and from
 /// everyone. The others take over its shards; when it wakes up it processes nothing, fences
 /// itself and rejoins as a new incarnation, and it never overlaps the new owners.
-async fn paused_leader_fences_and_rejoins(etcd: bool) {
+async fn paused_leader_fences_and_rejoins(kind: Kind) {
     let _one = ONE_AT_A_TIME.lock().await;
-    let server = start_server(etcd);
     let log = temp_log("pause");
-    let (nodes, driver, h) = three_serving(&server, etcd, &log).await;
+    let witness = start_witness(kind, &log).await;
+    let (nodes, driver, h) = three_serving(&witness, &log).await;
     let (leader, term) = driver.view().leader.expect("a leader");
     let victim = nodes.iter().find(|n| *n.name == *leader.name).expect("the leader is a node");
     let paused_at = Instant::now();
@@ -327,10 +366,10 @@ async fn paused_leader_fences_and_rejoins(etcd: bool) {
 /// Every node restarted one by one under load with a new application version, by the demo's
 /// rolling-restart scenario: its ledger proves no acknowledged operation was lost or applied
 /// twice, and once a new-version node serves, no old-version node is given a shard.
-async fn rolling_restart_under_load(etcd: bool) {
+async fn rolling_restart_under_load(kind: Kind) {
     let _one = ONE_AT_A_TIME.lock().await;
-    let server = start_server(etcd);
-    let (_, url) = spec(&server, etcd);
+    let witness = start_witness(kind, &temp_log("rolling")).await;
+    let url = witness.spec.to_string();
     let json = std::env::temp_dir().join(format!("shardline-rolling-{}-{}.json", std::process::id(), now_ms()));
     let out = Command::new(env!("CARGO_BIN_EXE_shardline"))
         .args(["demo", "--scenario", "rolling-restart", "--strategy", "version-aware", "--membership", &url])
@@ -368,40 +407,62 @@ async fn rolling_restart_under_load(etcd: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_rolling_restart_under_load() {
-    rolling_restart_under_load(true).await;
+    rolling_restart_under_load(Kind::Etcd).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_rolling_restart_under_load() {
-    rolling_restart_under_load(false).await;
+    rolling_restart_under_load(Kind::Nats).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_paused_leader_fences_and_rejoins() {
-    paused_leader_fences_and_rejoins(true).await;
+    paused_leader_fences_and_rejoins(Kind::Etcd).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_paused_leader_fences_and_rejoins() {
-    paused_leader_fences_and_rejoins(false).await;
+    paused_leader_fences_and_rejoins(Kind::Nats).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_paused_leader_fences_and_rejoins() {
+    paused_leader_fences_and_rejoins(Kind::Sqlite).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_paused_leader_fences_and_rejoins() {
+    paused_leader_fences_and_rejoins(Kind::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_kill_member_then_leader() {
-    kill_member_then_leader(true).await;
+    kill_member_then_leader(Kind::Etcd).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_kill_member_then_leader() {
-    kill_member_then_leader(false).await;
+    kill_member_then_leader(Kind::Nats).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_kill_member_then_leader() {
+    kill_member_then_leader(Kind::Sqlite).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_kill_member_then_leader() {
+    kill_member_then_leader(Kind::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_store_outage_fences_everyone() {
-    store_outage_fences_everyone(true).await;
+    store_outage_fences_everyone(Kind::Etcd).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_store_outage_fences_everyone() {
-    store_outage_fences_everyone(false).await;
+    store_outage_fences_everyone(Kind::Nats).await;
 }

@@ -93,9 +93,21 @@ impl CoordinationStore for EtcdStore {
                 return Ok(None);
             };
             let mut c = self.client.clone();
-            let (mut keeper, mut stream) = self.bounded(c.lease_keep_alive(lease)).await?;
-            self.bounded(keeper.keep_alive()).await?;
-            let alive = self.bounded(stream.message()).await?.is_some_and(|m| m.ttl() > 0);
+            let keep_alive = async {
+                let (mut keeper, mut stream) = c.lease_keep_alive(lease).await?;
+                keeper.keep_alive().await?;
+                Ok::<_, etcd_client::Error>(stream.message().await?.is_some_and(|m| m.ttl() > 0))
+            };
+            let alive = match tokio::time::timeout(self.timeout, keep_alive).await {
+                Ok(Ok(alive)) => alive,
+                // etcd no longer knows the lease: it expired, and the key went with it. A lapsed
+                // lease is not an outage: the caller must learn that its key is gone.
+                Ok(Err(etcd_client::Error::LeaseKeepAliveError(e))) if e == "lease not found" => false,
+                Ok(Err(e)) => return Err(unavailable(e)),
+                Err(_) => {
+                    return Err(StoreError::Unavailable(format!("etcd did not answer within {:?}", self.timeout)))
+                }
+            };
             if !alive {
                 self.leases.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
                 return Ok(None);

@@ -1,4 +1,5 @@
-//! Shardline's journal on PostgreSQL.
+//! Shardline's journal on PostgreSQL, and a [`PostgresStore`] for lease membership in the same
+//! database (see its module).
 //!
 //! - **Writer tasks** (two by default), each with a connection of its own; an entity's requests
 //!   always go to the same one, so they keep their order. A writer takes every request waiting
@@ -30,6 +31,8 @@ use tracing::{info, warn};
 
 mod batch;
 use batch::{batched_appends, pipelined_appends, APPEND, APPEND_MANY};
+mod coordination;
+pub use coordination::PostgresStore;
 
 /// The schema, one migration per version, applied in order.
 const MIGRATIONS: &[&str] = &[
@@ -131,7 +134,7 @@ async fn connect(config: &PostgresConfig) -> Result<Client, JournalError> {
         .map_err(db)?;
     tokio::spawn(async move {
         if let Err(e) = connection.await {
-            warn!(error = %e, "journal database connection closed");
+            warn!(error = %e, "database connection closed");
         }
     });
     let schema = &config.schema;

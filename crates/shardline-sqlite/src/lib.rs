@@ -12,6 +12,8 @@
 //!   [`SqliteOptions::wal_restart_pages`] waits for a checkpoint that does.
 //! - **Schema**: versioned migrations in `shardline_schema`; a file written by a newer version is
 //!   refused instead of misread.
+//!
+//! The same file can hold a [`SqliteStore`] for lease membership (see its module).
 
 use std::cell::Cell;
 use std::ffi::c_int;
@@ -27,6 +29,9 @@ use shardline::journal::{
 use shardline_core::{Epoch, ShardId};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
+
+mod coordination;
+pub use coordination::SqliteStore;
 
 /// The schema, one migration per version, applied in order.
 const MIGRATIONS: &[&str] = &[

@@ -71,6 +71,12 @@ pub async fn ephemeral_keys_expire_unless_refreshed(s: &dyn CoordinationStore, p
         ensure!(tokio::time::Instant::now() < deadline, "an unrefreshed ephemeral key outlived 3 × TTL");
         tokio::time::sleep(ttl / 10).await;
     }
+    // A lease that lapsed stays lapsed: refreshing it at its last revision must not revive it.
+    ensure!(
+        s.refresh(&key, b"one".to_vec(), rev, ttl).await.map_err(|e| e.to_string())?.is_none(),
+        "an expired key was refreshed"
+    );
+    ensure!(s.get(&key).await.map_err(|e| e.to_string())?.is_none(), "a refresh revived an expired key");
     ensure!(
         s.create_ephemeral(&key, b"three".to_vec(), ttl).await.map_err(|e| e.to_string())?.is_some(),
         "cannot recreate an expired key"
