@@ -332,7 +332,8 @@ pub struct BenchArgs {
     /// postgres://USER@HOST:PORT/DATABASE (the `postgres` feature).
     #[arg(long)]
     pub store: Option<StoreSpec>,
-    /// Membership of the cluster scenarios: seeds, etcd://HOST:PORT or nats://HOST:PORT.
+    /// Membership of the cluster scenarios: seeds, etcd://HOST:PORT, nats://HOST:PORT,
+    /// postgres://USER@HOST:PORT/DATABASE or sqlite://PATH.
     #[arg(long, default_value = "seeds")]
     pub membership: MembershipSpec,
     /// Seconds of load before the first kill (failover), watching for members downed that
