@@ -194,8 +194,8 @@ pub struct MembershipArgs {
     pub seeds: Vec<String>,
     /// Membership: seeds, etcd://HOST:PORT, nats://HOST:PORT, postgres://USER@HOST:PORT/DATABASE
     /// (leases in the database, in the cluster's schema) or sqlite://PATH (the nodes of one host).
-    /// Default: a node whose journal is PostgreSQL keeps its leases in that database; otherwise
-    /// seeds.
+    /// Default: a node whose journal is PostgreSQL and that names no seeds keeps its leases in
+    /// that database; otherwise seeds.
     #[arg(long, env = "SHARDLINE_MEMBERSHIP")]
     pub membership: Option<MembershipSpec>,
     /// Split-brain resolution: off, keep-majority, keep-oldest or static-quorum:N. Gossip
@@ -225,10 +225,11 @@ impl MembershipArgs {
         Ok(spec)
     }
 
-    /// A node's default: leases in its journal's PostgreSQL database, when it has one and no
-    /// membership was named.
+    /// A node's default: leases in its journal's PostgreSQL database, when it has one and
+    /// neither a membership nor seeds were named (seeds say gossip: a gossip cluster whose nodes
+    /// are updated one by one must not split into a gossip half and a lease half).
     pub fn default_to_journal(&mut self, store: &StoreSpec) {
-        if let (None, StoreSpec::Postgres(url)) = (&self.membership, store) {
+        if let (None, true, StoreSpec::Postgres(url)) = (&self.membership, self.seeds.is_empty(), store) {
             self.membership = Some(MembershipSpec::Postgres(url.clone()));
         }
     }
@@ -370,4 +371,37 @@ fn parse_killed(s: &str) -> Result<(String, u128), String> {
         return Err(format!("{s:?}: no node name"));
     }
     Ok((name.to_string(), at))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(args: &[&str]) -> NodeArgs {
+        let mut argv = vec!["shardline", "node", "--name", "n1", "--bind", "127.0.0.1:7101"];
+        argv.extend_from_slice(args);
+        match Cli::try_parse_from(argv) {
+            Ok(Cli { command: Command::Node(n), .. }) => n,
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_node_on_a_postgres_journal_keeps_its_leases_there_unless_told_otherwise() {
+        let pg = "postgres://postgres@127.0.0.1:5432/test";
+        let mut n = node(&["--store", pg]);
+        n.members.default_to_journal(&n.store);
+        assert_eq!(n.members.spec(), Ok(MembershipSpec::Postgres(pg.into())));
+        // Seeds say gossip: a gossip cluster updated node by node must not split.
+        let mut n = node(&["--store", pg, "--seeds", "127.0.0.1:7101"]);
+        n.members.default_to_journal(&n.store);
+        assert_eq!(n.members.spec(), Ok(MembershipSpec::Seeds));
+        let mut n = node(&["--store", pg, "--membership", "etcd://127.0.0.1:2379"]);
+        n.members.default_to_journal(&n.store);
+        assert_eq!(n.members.spec(), Ok(MembershipSpec::Etcd("127.0.0.1:2379".into())));
+        // SQLite journal, no seeds: gossip needs them, and says so.
+        let mut n = node(&[]);
+        n.members.default_to_journal(&n.store);
+        assert!(n.members.spec().unwrap_err().contains("--seeds"));
+    }
 }

@@ -46,10 +46,6 @@ pub enum AdminError {
     /// does not take assignments).
     #[error("{0}")]
     Invalid(String),
-    /// A request that changes the cluster came from another node without proof that an
-    /// operator sent it (see [`ClusterBuilder::admin_secret`](crate::ClusterBuilder::admin_secret)).
-    #[error("not authorized: {0}")]
-    Unauthorized(String),
     /// The member did not answer (down, unreachable, too slow).
     #[error("{node} did not answer: {reason}")]
     NoAnswer {
@@ -58,6 +54,11 @@ pub enum AdminError {
         /// What happened.
         reason: String,
     },
+    /// A request that changes the cluster came from another node without proof that an
+    /// operator sent it (see [`ClusterBuilder::admin_secret`](crate::ClusterBuilder::admin_secret)).
+    /// Last, so that the variants before it keep their place on the wire.
+    #[error("not authorized: {0}")]
+    Unauthorized(String),
 }
 
 /// The cluster as one node sees it; see [`Cluster::cluster_status`].

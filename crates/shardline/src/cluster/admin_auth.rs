@@ -9,7 +9,12 @@
 //!   given ([`ClusterBuilder::admin_secret`](crate::ClusterBuilder::admin_secret); `shardline
 //!   node` gives its admin token), over the cluster's name, both nodes' names, the time it was
 //!   made and the request, made within [`SIGNED_FOR`] of the receiver's clock; or
-//! - peers are authenticated by mutual TLS, which admits only nodes the cluster's CA certified.
+//! - peers are authenticated by mutual TLS, which admits only nodes the cluster's CA certified
+//!   (then no tag is made or checked).
+//!
+//! This closes the admin messages only. Without TLS, a peer that joins by the cluster's name
+//! takes part in the sharding protocol like any member (it is given shards, and it can send
+//! regions coordinator messages); what authenticates members is TLS.
 //!
 //! Questions that change nothing (what a member hosts, shard maps, rebalancing status) stay open
 //! to peers. A tag can be replayed by someone who records the traffic within [`SIGNED_FOR`]:
@@ -44,7 +49,10 @@ impl AdminAuth {
     /// What `from` sends `to` for `query`: a request that changes something goes with a tag
     /// when this node has the secret.
     pub(crate) fn seal(&self, from: &NodeId, to: &NodeId, query: AdminQuery) -> Result<AdminQuery, AdminError> {
-        let Some(key) = self.secret.as_ref().filter(|_| query.changes()) else { return Ok(query) };
+        // Certified peers need no tag (and a tag of another secret must not refuse them).
+        let Some(key) = self.secret.as_ref().filter(|_| query.changes() && !self.peers_certified) else {
+            return Ok(query);
+        };
         let body = postcard::to_allocvec(&query).map_err(|e| AdminError::Invalid(format!("cannot encode: {e}")))?;
         let at_ms = now_ms();
         let tag = hmac::sign(key, &self.signed_bytes(from, to, at_ms, &body)).as_ref().to_vec();
@@ -62,21 +70,23 @@ impl AdminAuth {
                  certified (no TLS): give every node the same admin token, or TLS"
             )));
         };
-        let Some(key) = &self.secret else {
-            return Err(AdminError::Unauthorized(format!(
-                "{me} has no admin secret to check {from}'s request with: give every node the same admin token"
-            )));
-        };
-        if hmac::verify(key, &self.signed_bytes(from, me, at_ms, &body), &tag).is_err() {
-            return Err(AdminError::Unauthorized(format!(
-                "{from}'s request carries a tag this node's admin secret did not make"
-            )));
-        }
-        let skew = Duration::from_millis(now_ms().abs_diff(at_ms));
-        if skew > SIGNED_FOR {
-            return Err(AdminError::Unauthorized(format!(
-                "{from}'s request was signed {skew:?} away from this node's clock (at most {SIGNED_FOR:?})"
-            )));
+        if !self.peers_certified {
+            let Some(key) = &self.secret else {
+                return Err(AdminError::Unauthorized(format!(
+                    "{me} has no admin secret to check {from}'s request with: give every node the same admin token"
+                )));
+            };
+            if hmac::verify(key, &self.signed_bytes(from, me, at_ms, &body), &tag).is_err() {
+                return Err(AdminError::Unauthorized(format!(
+                    "{from}'s request carries a tag this node's admin secret did not make"
+                )));
+            }
+            let skew = Duration::from_millis(now_ms().abs_diff(at_ms));
+            if skew > SIGNED_FOR {
+                return Err(AdminError::Unauthorized(format!(
+                    "{from}'s request was signed {skew:?} away from this node's clock (at most {SIGNED_FOR:?} either way)"
+                )));
+            }
         }
         match postcard::from_bytes::<AdminQuery>(&body) {
             Ok(AdminQuery::Signed { .. }) => Err(AdminError::Invalid("a signed request inside another".into())),
@@ -141,7 +151,12 @@ mod tests {
         let open = AdminAuth::new("c", None, false);
         assert!(open.admit(&a, &b, AdminQuery::Hosting).is_ok());
         assert!(matches!(open.admit(&a, &b, AdminQuery::Drain), Err(AdminError::Unauthorized(_))));
-        // With mutual TLS, peers are the cluster's nodes.
+        // With mutual TLS, peers are the cluster's nodes: no tag is made, and one made with
+        // another secret (a node given another token) does not refuse them.
         assert!(AdminAuth::new("c", None, true).admit(&a, &b, AdminQuery::Drain).is_ok());
+        let certified = AdminAuth::new("c", Some(b"0123456789abcdef"), true);
+        assert!(matches!(certified.seal(&a, &b, AdminQuery::Drain), Ok(AdminQuery::Drain)));
+        let tagged = other.seal(&a, &b, AdminQuery::Drain).unwrap();
+        assert!(matches!(certified.admit(&a, &b, tagged), Ok(AdminQuery::Drain)));
     }
 }

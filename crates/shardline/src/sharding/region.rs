@@ -253,6 +253,11 @@ impl<E: Entity> Region<E> {
                             let (me, host) = (self.clone(), host.clone());
                             tokio::spawn(async move {
                                 if claim_and_restart(&me.node, host, claim, epoch, remember).await.is_err() {
+                                    // The membership needs a moment to lead above the refused
+                                    // term; one that cannot (leases on a store whose counter is
+                                    // behind the journal) would otherwise have the shard stopped
+                                    // and allocated again as fast as the round trips go.
+                                    tokio::time::sleep(CLAIM_REFUSED_PAUSE).await;
                                     me.input(|e, now| e.handle_claim_refused(now, shard, epoch));
                                 }
                             });
@@ -426,6 +431,10 @@ fn from_wire<E: Entity>(msg: RegionMessage<WireEnvelope>, owe: Option<&Node>) ->
         RegionMessage::FlushAck { shard, token } => RegionMessage::FlushAck { shard, token },
     }
 }
+
+/// How long a shard whose claim the journal refused waits before it stops and is allocated
+/// again (see `RegionEngine::handle_claim_refused`).
+const CLAIM_REFUSED_PAUSE: Duration = Duration::from_secs(1);
 
 /// Claims a started shard in the journal, then starts its remembered entities (when the type
 /// remembers them), at most `per_second` per second; stops early when the shard stops. `Err`
