@@ -73,7 +73,9 @@ async fn node_with_token(
     seed: Option<SocketAddr>,
     token: Option<shardline_admin::AdminToken>,
 ) -> (Cluster, SocketAddr) {
-    let b = Cluster::builder().cluster_name(cluster).node_name(name);
+    // Drains, rebalances and assignments asked of one node travel to another: every node holds
+    // the cluster's admin secret, as the docs ask.
+    let b = Cluster::builder().cluster_name(cluster).node_name(name).admin_secret("the-admin-secret-of-these-tests");
     let b = match seed {
         Some(s) => b.membership(Gossip::new([s.to_string()])),
         None => b,
