@@ -216,13 +216,9 @@ impl MembershipArgs {
         resolve_split_brain(&self.spec()?, self.split_brain.as_ref(), self.stable_after_ms)
     }
 
-    /// The membership named, or seeds; seeds need `--seeds`.
+    /// The membership named, or seeds (without any seed, a node is a cluster of its own).
     pub fn spec(&self) -> Result<MembershipSpec, String> {
-        let spec = self.membership.clone().unwrap_or(MembershipSpec::Seeds);
-        if spec == MembershipSpec::Seeds && self.seeds.is_empty() {
-            return Err("gossip membership (--membership seeds, the default) needs --seeds HOST:PORT[,…]".into());
-        }
-        Ok(spec)
+        Ok(self.membership.clone().unwrap_or(MembershipSpec::Seeds))
     }
 
     /// A node's default: leases in its journal's PostgreSQL database, when it has one and
@@ -399,9 +395,10 @@ mod tests {
         let mut n = node(&["--store", pg, "--membership", "etcd://127.0.0.1:2379"]);
         n.members.default_to_journal(&n.store);
         assert_eq!(n.members.spec(), Ok(MembershipSpec::Etcd("127.0.0.1:2379".into())));
-        // SQLite journal, no seeds: gossip needs them, and says so.
+        // SQLite journal, no seeds: gossip, a cluster of its own (as before leases in the
+        // journal's database existed).
         let mut n = node(&[]);
         n.members.default_to_journal(&n.store);
-        assert!(n.members.spec().unwrap_err().contains("--seeds"));
+        assert_eq!(n.members.spec(), Ok(MembershipSpec::Seeds));
     }
 }
