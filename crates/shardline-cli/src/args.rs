@@ -213,12 +213,12 @@ impl MembershipArgs {
     /// The lease and gossip settings these flags give; a policy lease membership cannot run is
     /// an error.
     pub fn settings(&self) -> Result<(LeaseConfig, GossipConfig), String> {
-        resolve_split_brain(&self.spec()?, self.split_brain.as_ref(), self.stable_after_ms)
+        resolve_split_brain(&self.spec(), self.split_brain.as_ref(), self.stable_after_ms)
     }
 
     /// The membership named, or seeds (without any seed, a node is a cluster of its own).
-    pub fn spec(&self) -> Result<MembershipSpec, String> {
-        Ok(self.membership.clone().unwrap_or(MembershipSpec::Seeds))
+    pub fn spec(&self) -> MembershipSpec {
+        self.membership.clone().unwrap_or(MembershipSpec::Seeds)
     }
 
     /// A node's default: leases in its journal's PostgreSQL database, when it has one and
@@ -387,18 +387,18 @@ mod tests {
         let pg = "postgres://postgres@127.0.0.1:5432/test";
         let mut n = node(&["--store", pg]);
         n.members.default_to_journal(&n.store);
-        assert_eq!(n.members.spec(), Ok(MembershipSpec::Postgres(pg.into())));
+        assert_eq!(n.members.spec(), MembershipSpec::Postgres(pg.into()));
         // Seeds say gossip: a gossip cluster updated node by node must not split.
         let mut n = node(&["--store", pg, "--seeds", "127.0.0.1:7101"]);
         n.members.default_to_journal(&n.store);
-        assert_eq!(n.members.spec(), Ok(MembershipSpec::Seeds));
+        assert_eq!(n.members.spec(), MembershipSpec::Seeds);
         let mut n = node(&["--store", pg, "--membership", "etcd://127.0.0.1:2379"]);
         n.members.default_to_journal(&n.store);
-        assert_eq!(n.members.spec(), Ok(MembershipSpec::Etcd("127.0.0.1:2379".into())));
+        assert_eq!(n.members.spec(), MembershipSpec::Etcd("127.0.0.1:2379".into()));
         // SQLite journal, no seeds: gossip, a cluster of its own (as before leases in the
         // journal's database existed).
         let mut n = node(&[]);
         n.members.default_to_journal(&n.store);
-        assert_eq!(n.members.spec(), Ok(MembershipSpec::Seeds));
+        assert_eq!(n.members.spec(), MembershipSpec::Seeds);
     }
 }

@@ -71,7 +71,7 @@ async fn join(args: &LoadArgs, name: &str) -> Result<(Cluster, Accounts), Box<dy
     // A proxy follows its side of a partition, so it resolves with the same settings.
     let (leases, gossip) = args.members.settings()?;
     let m = &args.members;
-    let provider = provider_with(&m.spec()?, &args.cluster, &m.seeds, leases, gossip).await?;
+    let provider = provider_with(&m.spec(), &args.cluster, &m.seeds, leases, gossip).await?;
     let mut driver = Cluster::builder()
         .cluster_name(args.cluster.clone())
         .node_name(name.to_string())
@@ -128,7 +128,7 @@ async fn run_inner(args: LoadArgs) -> Result<LoadReport, Box<dyn std::error::Err
         args.concurrency,
         args.duration_secs,
         args.cluster,
-        args.members.membership.as_ref().map_or_else(|| "seeds".to_string(), ToString::to_string)
+        args.members.spec()
     );
     let join_limit = Duration::from_secs(args.join_timeout_secs);
     let start = Instant::now();

@@ -15,7 +15,7 @@ use tracing::{error, info, warn};
 use crate::args::NodeArgs;
 use shardline::membership::lease::LeaseConfig;
 use shardline::GossipConfig;
-use shardline_cli::membership::{lease_config, provider_with, MembershipSpec};
+use shardline_cli::membership::{lease_config, provider_with};
 use shardline_cli::{register_accounts, store, Echo};
 
 /// The entity types every demo node serves; accounts keep their journal in `journal`.
@@ -42,7 +42,7 @@ async fn start(args: &NodeArgs, journal: &Arc<dyn Journal>, rejoining: bool) -> 
     // it is out of reach (see `GossipConfig::rejoin`).
     let gossip = GossipConfig { term_floor: floor, rejoin: rejoining, ..gossip };
     let m = &args.members;
-    let membership = provider_with(&m.spec()?, &args.cluster, &m.seeds, leases, gossip).await?;
+    let membership = provider_with(&m.spec(), &args.cluster, &m.seeds, leases, gossip).await?;
     let mut b = Cluster::builder()
         .cluster_name(&args.cluster)
         .node_name(&args.name)
@@ -184,7 +184,7 @@ pub async fn run(mut args: NodeArgs) -> i32 {
                 }
             };
         }
-        info!(node = %cluster.node_id(), addr = %cluster.local_addr(), membership = %args.members.spec().unwrap_or(MembershipSpec::Seeds), store = %args.store, "serving");
+        info!(node = %cluster.node_id(), addr = %cluster.local_addr(), membership = %args.members.spec(), store = %args.store, "serving");
         tokio::select! {
             _ = term.recv() => {}
             _ = int.recv() => {}
