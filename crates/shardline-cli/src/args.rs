@@ -198,9 +198,11 @@ pub struct MembershipArgs {
     /// that database; otherwise seeds.
     #[arg(long, env = "SHARDLINE_MEMBERSHIP")]
     pub membership: Option<MembershipSpec>,
-    /// Split-brain resolution: off, keep-majority, keep-oldest or static-quorum:N. Gossip
-    /// default: off. Lease membership (etcd, NATS) races for a key in its store, which keeps
-    /// the larger side: on (keep-majority) by default, or off.
+    /// Split-brain resolution: off, keep-majority (the default), keep-oldest or
+    /// static-quorum:N. Gossip: the side that keeps the majority survives and the other stops
+    /// its shards before they are taken over; off lets both sides of a partition host the same
+    /// shards. Lease membership races for a key in its store, which keeps the larger side:
+    /// keep-majority or off.
     #[arg(long, env = "SHARDLINE_SPLIT_BRAIN")]
     pub split_brain: Option<SplitBrainArg>,
     /// How long the set of unreachable members must stay the same before the resolver decides,

@@ -96,18 +96,21 @@ impl std::str::FromStr for SplitBrainArg {
 }
 
 /// The lease and gossip settings of a `--split-brain` value (None: the membership's default)
-/// and its stable-after. Gossip: the policy, off by default, with the stable-after as its down
-/// margin too. Leases: the store race (which keeps the larger side) unless `off`; the other
-/// policies are gossip's, and an error here.
+/// and its stable-after. Gossip: the policy, `keep-majority` by default, with the stable-after
+/// as its down margin too; `off` is gossip without a resolver (both sides of a partition go
+/// on). Leases: the store race (which keeps the larger side) unless `off`; the other policies
+/// are gossip's, and an error here.
 pub fn resolve_split_brain(
     spec: &MembershipSpec,
     split_brain: Option<&SplitBrainArg>,
     stable_after_ms: u64,
 ) -> Result<(LeaseConfig, GossipConfig), String> {
-    let policy = split_brain.and_then(|a| a.0.clone());
-    let gossip = match policy.clone().filter(|_| *spec == MembershipSpec::Seeds) {
-        Some(policy) => GossipConfig::with_split_brain(policy, stable_after_ms),
-        None => GossipConfig { stable_after_ms, down_margin_ms: stable_after_ms, ..GossipConfig::default() },
+    let gossip = match split_brain.map(|a| a.0.clone()) {
+        None => GossipConfig::with_split_brain(SplitBrainPolicy::KeepMajority, stable_after_ms),
+        Some(Some(policy)) => GossipConfig::with_split_brain(policy, stable_after_ms),
+        Some(None) => {
+            GossipConfig { stable_after_ms, down_margin_ms: stable_after_ms, ..GossipConfig::without_split_brain() }
+        }
     };
     let mut leases = lease_config();
     match (split_brain.map(|a| &a.0), spec) {

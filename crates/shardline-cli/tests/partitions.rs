@@ -128,11 +128,15 @@ impl Lab {
         self.procs.len() - 1
     }
 
-    /// The flags every member and load driver runs with: membership and partition settings.
+    /// The flags every member and load driver runs with: membership and partition settings
+    /// (none for the policy `default`: the defaults are under test).
     fn member_flags(&self) -> Vec<String> {
         let mut flags = self.membership.clone();
-        flags.extend(["--shards".into(), SHARDS.to_string(), "--split-brain".into(), self.policy.clone()]);
-        flags.extend(["--stable-after-ms".into(), "2000".into()]);
+        flags.extend(["--shards".into(), SHARDS.to_string()]);
+        if self.policy != "default" {
+            flags.extend(["--split-brain".into(), self.policy.clone()]);
+            flags.extend(["--stable-after-ms".into(), "2000".into()]);
+        }
         flags
     }
 
@@ -277,6 +281,19 @@ fn audit_is_clean(report: &serde_json::Value) -> bool {
 /// the downed nodes stay cut from the other nodes (not from the load driver) for that long after
 /// the trunk comes back, so that the driver, a proxy, is their only way to the cluster.
 fn split_under_load(sides: &[usize], policy: &str, downed: &[&str], cut_after: Duration) {
+    split_for(sides, policy, downed, cut_after, Duration::from_secs(25), Duration::from_secs(60));
+}
+
+/// [`split_under_load`] with the trunk down for `cut_for`, and every node hosting again within
+/// `rehosted_within` of the heal.
+fn split_for(
+    sides: &[usize],
+    policy: &str,
+    downed: &[&str],
+    cut_after: Duration,
+    cut_for: Duration,
+    rehosted_within: Duration,
+) {
     let _turn = one_at_a_time();
     let mut all = sides.to_vec();
     all.push(0);
@@ -307,7 +324,7 @@ fn split_under_load(sides: &[usize], policy: &str, downed: &[&str], cut_after: D
             lab.isolate(x, &others, true);
         }
     }
-    std::thread::sleep(Duration::from_secs(25));
+    std::thread::sleep(cut_for);
     lab.trunk(true);
     if !cut_after.is_zero() {
         std::thread::sleep(cut_after);
@@ -334,11 +351,11 @@ fn split_under_load(sides: &[usize], policy: &str, downed: &[&str], cut_after: D
         names.iter().filter(|n| !downed.contains(&n.as_str())).map(|n| lab.text(n)).chain([lab.text("load")]).collect();
     assert!(survivors.contains("this side survives"), "the surviving side resolved the split");
     // After the heal the downed rejoin and are given shards again.
-    every_node_hosts(&mut lab, driver, names.len(), "after", Duration::from_secs(60));
+    every_node_hosts(&mut lab, driver, names.len(), "after", rehosted_within);
     let ownership = lab.ownership();
     if let Err(overlap) = std::panic::catch_unwind(|| check_ownership(&ownership, &[])) {
         // An overlap is read from when each side decided and stopped: print that much of every log.
-        let wanted = ["declared down", "survives", "unreachable", "shard st", "fenced", "rejoin", "leads"];
+        let wanted = ["declared down", "survives", "unreachable", "shard st", "fenced", "rejoin", "leads", "gone"];
         for name in names.iter().map(String::as_str).chain(["load"]) {
             let text = lab.text(name);
             let lines: Vec<&str> = text.lines().filter(|l| wanted.iter().any(|w| l.contains(w))).collect();
@@ -400,6 +417,14 @@ fn not_taken_over(lab: &Lab, cut: u128) -> (Vec<ShardKey>, Vec<ShardKey>) {
 #[test]
 fn gossip_keep_majority_survives_a_2_3_split() {
     split_under_load(&[0, 0, 0, 1, 1], "keep-majority", &["n4", "n5"], Duration::ZERO);
+}
+
+/// Three nodes given only `--seeds` (the defaults: `KeepMajority`, 5 s stable-after), split
+/// 2|1 for 20 s: the one downs itself, no shard is hosted on two nodes at any instant, and every
+/// node hosts again within 20 s of the heal.
+#[test]
+fn gossip_at_the_defaults_survives_a_2_1_split_healed_after_20_s() {
+    split_for(&[0, 0, 1], "default", &["n3"], Duration::ZERO, Duration::from_secs(20), Duration::from_secs(20));
 }
 
 /// `KeepMajority` on a 2|2 split: a tie, which the side with the lowest node (`n1`) keeps. The

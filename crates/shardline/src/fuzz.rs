@@ -170,6 +170,13 @@ impl PeerLink for Sink {
     ) -> crate::membership::BoxFuture<'static, Result<NodeId, crate::TransportError>> {
         Box::pin(async { Err(crate::TransportError::HandshakeTimeout) })
     }
+
+    fn identify(
+        &self,
+        _: std::net::SocketAddr,
+    ) -> crate::membership::BoxFuture<'static, Result<NodeId, crate::TransportError>> {
+        Box::pin(async { Err(crate::TransportError::HandshakeTimeout) })
+    }
 }
 
 /// Whether a frame body decodes as the node decodes it.

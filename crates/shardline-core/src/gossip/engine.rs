@@ -17,11 +17,13 @@ use crate::shard_map::Term;
 use crate::split_brain::SplitBrainPolicy;
 
 mod leader;
+mod proof;
 mod resolve;
 mod view;
 
 pub use leader::term_above;
 use leader::term_tag;
+pub use proof::AddressAnswer;
 
 /// Settings of gossip membership (milliseconds).
 #[derive(Clone, Debug)]
@@ -58,8 +60,10 @@ pub struct GossipConfig {
     /// status, and none of them is part of a formed cluster, every member has restarted (each side may have downed itself),
     /// and it forms one again after its grace.
     pub rejoin: bool,
-    /// How a partition is resolved. None: it is not — each side declares the other down once
-    /// suspicion runs out, and both go on. `LeaseMajority` needs a store and is refused here.
+    /// How a partition is resolved (default: `KeepMajority`). None: it is not — each side
+    /// declares the other down once suspicion runs out, and both go on (see
+    /// [`without_split_brain`](Self::without_split_brain)). `LeaseMajority` needs a store and
+    /// is refused here.
     pub split_brain: Option<SplitBrainPolicy>,
     /// How long the set of unreachable members must stay the same before the resolver decides;
     /// never less than a probe period per member (plus one probe's wait), the longest a member
@@ -73,43 +77,73 @@ pub struct GossipConfig {
     /// their side stop first. Exists so the simulation can prove it catches such a bug.
     #[cfg(feature = "fault-injection")]
     pub fault_no_down_margin: bool,
+    /// Breaks the protocol: a member whose address does not answer counts as gone, as if its
+    /// host had refused the connection. Exists so the simulations can prove they catch it.
+    #[cfg(feature = "fault-injection")]
+    pub fault_silence_proves_gone: bool,
 }
 
 impl GossipConfig {
-    /// Settings with a split-brain resolver: `policy`, decided after `stable_after_ms` (also the
-    /// down margin), and SWIM at a slower pace (a probe a second, 500 ms for an answer). A
-    /// resolver's decisions wait for the stable window and a margin anyway (tens of seconds), so
-    /// fast probing buys nothing there; and the world found that with the fast pace a member
-    /// that had only partly joined before a partition could keep its tiny side.
+    /// The defaults with a split-brain resolver of `policy`, decided after `stable_after_ms`
+    /// (also the down margin).
     ///
     /// ```
     /// use shardline_core::gossip::GossipConfig;
     /// use shardline_core::SplitBrainPolicy;
     ///
-    /// let c = GossipConfig::with_split_brain(SplitBrainPolicy::KeepMajority, 5_000);
-    /// assert_eq!((c.probe_period_ms, c.stable_after_ms, c.down_margin_ms), (1_000, 5_000, 5_000));
+    /// let c = GossipConfig::with_split_brain(SplitBrainPolicy::KeepOldest { down_if_alone: true }, 7_000);
+    /// assert_eq!((c.probe_period_ms, c.stable_after_ms, c.down_margin_ms), (1_000, 7_000, 7_000));
     /// ```
     pub fn with_split_brain(policy: SplitBrainPolicy, stable_after_ms: u64) -> Self {
         GossipConfig {
-            probe_period_ms: 1_000,
-            probe_rtt_ms: 500,
-            suspect_to_down_ms: 4_000,
             split_brain: Some(policy),
             stable_after_ms,
             down_margin_ms: stable_after_ms,
             ..GossipConfig::default()
         }
     }
-}
 
-impl Default for GossipConfig {
-    fn default() -> Self {
+    /// No split-brain resolver (the explicit opt-out, `--split-brain off`): each side of a
+    /// partition declares the other down once suspicion runs out (2 s after a missed probe) and
+    /// both go on, so **a partition hosts the same shards on both sides**, and a paused member
+    /// runs on when it wakes until it hears it was downed. SWIM runs at a faster pace (a probe
+    /// every 500 ms, 250 ms for an answer), so a crash is repaired in about 3 s. For development
+    /// and for clusters that must never stop a side, whatever it costs.
+    ///
+    /// ```
+    /// use shardline_core::gossip::GossipConfig;
+    ///
+    /// let c = GossipConfig::without_split_brain();
+    /// assert!(c.split_brain.is_none());
+    /// assert_eq!((c.probe_period_ms, c.suspect_to_down_ms), (500, 2_000));
+    /// ```
+    pub fn without_split_brain() -> Self {
         GossipConfig {
             // A crash is repaired in about 3 s: probed within half a second, suspected after the
             // probe's wait and the indirect probes, down two seconds later unless refuted.
             probe_period_ms: 500,
             probe_rtt_ms: 250,
             suspect_to_down_ms: 2_000,
+            split_brain: None,
+            ..GossipConfig::default()
+        }
+    }
+}
+
+/// Safe by default: the `KeepMajority` resolver with a 5 s stable-after and down margin, and
+/// SWIM at a probe a second (500 ms for an answer). A partition keeps the larger side (on a
+/// tie, the side with the oldest member), and the other side stops its shards before they are
+/// taken over (about 20 s on a few members). A crashed process whose host still answers is
+/// proven gone by its refused address and replaced in about the time it takes to suspect it
+/// (see [`AddressAnswer`]). The resolver's decisions wait for the stable window and a margin
+/// anyway, so faster probing buys nothing there; and the simulation found that with the faster
+/// pace a member that had only partly joined before a partition could keep its tiny side.
+impl Default for GossipConfig {
+    fn default() -> Self {
+        GossipConfig {
+            probe_period_ms: 1_000,
+            probe_rtt_ms: 500,
+            suspect_to_down_ms: 4_000,
             remove_down_after_ms: 60_000,
             gossip_every_ms: 200,
             announce_every_ms: 2_000,
@@ -117,11 +151,13 @@ impl Default for GossipConfig {
             term_floor: 0,
             bootstrap_grace_ms: 1_500,
             rejoin: false,
-            split_brain: None,
+            split_brain: Some(SplitBrainPolicy::KeepMajority),
             stable_after_ms: 5_000,
             down_margin_ms: 5_000,
             #[cfg(feature = "fault-injection")]
             fault_no_down_margin: false,
+            #[cfg(feature = "fault-injection")]
+            fault_silence_proves_gone: false,
         }
     }
 }
@@ -156,6 +192,14 @@ pub enum GossipEvent {
     MemberDown {
         /// The member.
         node: NodeId,
+    },
+    /// A member's process is gone: its host refused a connection to its address, or another
+    /// node answers there. It is down at once, with no margin (see [`AddressAnswer`]).
+    MemberGone {
+        /// The member.
+        node: NodeId,
+        /// What showed it.
+        evidence: &'static str,
     },
     /// A member left after saying it was done (`Removed`).
     MemberLeft {
@@ -196,6 +240,13 @@ pub enum GossipCommand {
         to: GossipId,
         /// The message.
         data: Vec<u8>,
+    },
+    /// Connect to `member`'s address and say what answers there, to
+    /// [`GossipEngine::handle_address`]: asked of members that do not answer probes, since a
+    /// host that refuses the connection proves what silence cannot, that the process is gone.
+    CheckAddress {
+        /// The member.
+        member: GossipId,
     },
     /// The membership changed.
     Publish(GossipView),
@@ -254,6 +305,11 @@ pub struct GossipEngine {
     /// forwarded, a feed for its announce): data that arrives shows that others reach this
     /// node, only answers show that this node reaches them.
     answered_at: u64,
+    /// When each member's address was last checked ([`GossipCommand::CheckAddress`]).
+    checked_at: BTreeMap<NodeId, u64>,
+    /// Members proven gone (their address refused a connection, or another node answers
+    /// there): down at once, without the margin for their side to stop.
+    gone: BTreeSet<NodeId>,
     /// Each member's newest status version and when it arrived: a member whose statuses still
     /// come in is connected to this node's side, through others if not directly.
     status_seen: BTreeMap<NodeId, (u64, u64)>,
@@ -359,6 +415,8 @@ impl GossipEngine {
             heard_at: now,
             heard_from: None,
             answered_at: now,
+            checked_at: BTreeMap::new(),
+            gone: BTreeSet::new(),
             status_seen: BTreeMap::new(),
             first_seen: BTreeMap::new(),
         };
@@ -370,6 +428,11 @@ impl GossipEngine {
         }
         e.handle_timeout(now);
         Some(e)
+    }
+
+    /// This node.
+    pub fn node(&self) -> &NodeId {
+        &self.node
     }
 
     /// The next command to carry out.
@@ -387,7 +450,12 @@ impl GossipEngine {
         let timer = self.timers.keys().next().map(|(at, _)| *at);
         let resolve = self.resolver.as_ref().and_then(Resolver::deadline);
         // A downed member's margin ends: it is shown down from then on.
-        let margin = self.down.values().map(|(_, since)| since + self.down_margin_ms()).filter(|t| *t > self.now);
+        let margin = self
+            .down
+            .iter()
+            .filter(|(node, _)| !self.gone.contains(*node))
+            .map(|(_, (_, since))| since + self.down_margin_ms())
+            .filter(|t| *t > self.now);
         let margin = if self.resolver.is_some() { margin.min() } else { None };
         [timer, Some(self.status_at), Some(self.announce_at), resolve, margin].into_iter().flatten().min()
     }
@@ -527,11 +595,14 @@ impl GossipEngine {
             // long-lived cluster's rollouts. The largest term they told stays in `max_term`.
             let mut statuses = self.statuses.lock().unwrap_or_else(|e| e.into_inner());
             for node in &forgotten {
+                self.gone.remove(node);
+                self.checked_at.remove(node);
                 statuses.remove(node);
                 self.status_seen.remove(node);
                 self.first_seen.remove(node);
             }
         }
+        self.check_addresses(now);
         self.lead(now);
         let view = self.view();
         if self.published.as_ref() != Some(&view) {
@@ -548,8 +619,14 @@ impl GossipEngine {
                 }
             }
             OwnedNotification::MemberDown(id) => self.declare_down(now, id),
-            // A newer incarnation at the address: the older one is gone.
-            OwnedNotification::Rename(old, new) if old.node != new.node => self.declare_down(now, old),
+            // A newer incarnation at the address: the older one is gone (its port is taken), so
+            // it needs no margin either.
+            OwnedNotification::Rename(old, new) if old.node != new.node => {
+                if let Some(node) = old.node.clone() {
+                    self.gone.insert(node);
+                }
+                self.declare_down(now, old)
+            }
             // Known to the others from now on: until then this node does not count on its own
             // side either (a restart that reached one side of a partition only).
             OwnedNotification::Active => {

@@ -25,11 +25,15 @@
 //!   it in about 3 % of its schedules; seed membership now takes its terms with [`term_above`]
 //!   too). They collide only if their tags do (one in 2³²).
 //!
-//! - **Partitions** are resolved when [`GossipConfig::split_brain`] names a policy: once the set
-//!   of unreachable members has stayed the same for `stable_after`, the policy decides; the
-//!   surviving side downs the others, a member of the losing side downs itself. A downed member
-//!   is shown unreachable, not down, for a margin, so that its side has stopped before anyone
-//!   takes its shards over.
+//! - **Partitions** are resolved by [`GossipConfig::split_brain`] (`KeepMajority` by default):
+//!   once the set of unreachable members has stayed the same for `stable_after`, the policy
+//!   decides; the surviving side downs the others, a member of the losing side downs itself. A
+//!   downed member is shown unreachable, not down, for a margin, so that its side has stopped
+//!   before anyone takes its shards over.
+//! - **A crash is not a partition**: a member that does not answer has its address checked,
+//!   and a host that refuses the connection (or another node answering there) proves the
+//!   process gone. It is downed at once and needs no margin ([`AddressAnswer`]), so a crashed
+//!   process is replaced in seconds while a silent one waits for the resolver.
 //!
 //! The runtime's `membership::Gossip` provider carries out its commands over the node's transport.
 
@@ -39,6 +43,6 @@ mod resolver;
 mod rng;
 mod status;
 
-pub use engine::{term_above, GossipCommand, GossipConfig, GossipEngine, GossipEvent, GossipView};
+pub use engine::{term_above, AddressAnswer, GossipCommand, GossipConfig, GossipEngine, GossipEvent, GossipView};
 pub use identity::GossipId;
 pub use status::StatusError;

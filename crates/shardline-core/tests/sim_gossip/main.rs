@@ -11,6 +11,10 @@
 //! the faults it checks G2: every live member sees every other one `Up` and reachable, and all
 //! name the same leader.
 //!
+//! Members that do not answer have their address checked: refused where a process crashed and
+//! its host answers, the incarnation listening there, or nothing across a cut or from a paused
+//! process; only the first two prove a member gone.
+//!
 //! Every run covers 10,000 schedules or more from a fresh base seed; `sim_gossip_replay`
 //! replays one with its trace (see `../sim/harness.rs` for the variables).
 //!
@@ -92,6 +96,28 @@ fn sim_gossip_catches_a_missing_down_margin() {
     assert!(
         failures.iter().any(|(_, v)| v.contains("G3")),
         "the simulation did not notice a side taken over too early"
+    );
+}
+
+/// The checker can fail: engines that take a silent address for proof that its member is gone
+/// down paused and partitioned members at once, while they run.
+#[test]
+fn sim_gossip_catches_silence_taken_for_death() {
+    let tweak: fn(&mut Params) = |p| {
+        p.resolver = true;
+        p.broken_proof = true;
+        p.faults = p.faults.max(3);
+    };
+    let caught = |r: &(Vec<(u64, String)>, u64)| r.0.iter().any(|(_, v)| v.contains("G3"));
+    let batches = harness::until_found("silence taken for death", 300, 3_000, |b, n| run_many(b, n, tweak), caught);
+    let (failures, _) = &batches[0];
+    println!("silence taken for death: {} of 300 schedules caught", failures.len());
+    for (seed, v) in failures.iter().take(3) {
+        println!("  seed {seed}: {v}");
+    }
+    assert!(
+        failures.iter().any(|(_, v)| v.contains("G3")),
+        "the simulation did not notice a silent member taken for gone"
     );
 }
 

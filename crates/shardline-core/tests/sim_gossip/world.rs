@@ -4,7 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::Hash;
 
-use shardline_core::gossip::{GossipCommand, GossipConfig, GossipEngine, GossipEvent, GossipId, GossipView};
+use shardline_core::gossip::{
+    AddressAnswer, GossipCommand, GossipConfig, GossipEngine, GossipEvent, GossipId, GossipView,
+};
 use shardline_core::{MemberStatus, NodeId, SplitBrainPolicy};
 
 use super::queue::Queue;
@@ -31,6 +33,8 @@ pub struct Params {
     /// Engines that count a downed member as down at once, without the margin that lets its
     /// side stop first.
     pub broken_margin: bool,
+    /// Engines that take a member whose address does not answer for gone.
+    pub broken_proof: bool,
 }
 
 impl Params {
@@ -48,6 +52,7 @@ impl Params {
             resolver: r.chance(0.5),
             stable_after_ms: r.range(1_000, 5_000),
             broken_margin: false,
+            broken_proof: false,
         }
     }
 }
@@ -63,6 +68,13 @@ enum Ev {
         data: Vec<u8>,
     },
     Fault,
+    /// What a connection to `member`'s address found, back at `slot`.
+    Answer {
+        slot: usize,
+        inc: u64,
+        member: GossipId,
+        answer: AddressAnswer,
+    },
     Unpause {
         slot: usize,
         inc: u64,
@@ -191,12 +203,12 @@ impl World {
         // The broken engine never repeats its status.
         let status_every_ms = if self.p.broken_status { u64::MAX / 4 } else { GossipConfig::default().status_every_ms };
         let mut config = if self.p.resolver {
-            let mut c = GossipConfig::with_split_brain(SplitBrainPolicy::KeepMajority, self.p.stable_after_ms);
-            c.fault_no_down_margin = self.p.broken_margin;
-            c
+            GossipConfig::with_split_brain(SplitBrainPolicy::KeepMajority, self.p.stable_after_ms)
         } else {
-            GossipConfig::default()
+            GossipConfig::without_split_brain()
         };
+        config.fault_no_down_margin = self.p.broken_margin;
+        config.fault_silence_proves_gone = self.p.broken_proof;
         config.term_floor = term_floor;
         config.rejoin = rejoin;
         let first_boot_again = slot == 0 && term_floor == 0 && !rejoin && self.nodes.len() == self.p.nodes;
@@ -264,6 +276,7 @@ impl World {
                     }
                     self.schedule(at, Ev::Deliver { to: dest, data });
                 }
+                GossipCommand::CheckAddress { member } => self.check_address(slot, member),
                 GossipCommand::Publish(view) => {
                     self.log(|| {
                         let ms: Vec<String> = view
@@ -320,6 +333,33 @@ impl World {
                 self.schedule(at, Ev::Timer { slot, inc });
             }
         }
+    }
+
+    /// A connection from `slot` to `member`'s address: refused where nothing listens (crashed,
+    /// not restarted yet) and the host is reachable; the handshake of whichever incarnation
+    /// listens there; nothing (after the 2 s connect timeout) across a partition or a cut in
+    /// either direction, or from a paused process (its kernel accepts, it never answers).
+    fn check_address(&mut self, slot: usize, member: GossipId) {
+        let Some(dest) = self.slot_of(&member.addr) else { return };
+        let reachable = self.side[slot] == self.side[dest]
+            && !self.cut.contains_key(&(slot, dest))
+            && !self.cut.contains_key(&(dest, slot));
+        let rtt = 2 * self.rng.range(1, self.p.latency_ms + 1);
+        let (answer, after) = if !reachable {
+            (AddressAnswer::Silent, 2_000)
+        } else if !self.nodes[dest].alive {
+            (AddressAnswer::Refused, rtt)
+        } else if self.now < self.nodes[dest].paused_until {
+            (AddressAnswer::Silent, 2_000)
+        } else {
+            match self.nodes[dest].id.node.clone() {
+                Some(node) => (AddressAnswer::Node(node), rtt),
+                None => return,
+            }
+        };
+        let inc = self.inc(slot);
+        let at = self.now + after;
+        self.schedule(at, Ev::Answer { slot, inc, member, answer });
     }
 
     /// G3, after every step, with the split-brain resolver: when a leader shows a member down
@@ -403,6 +443,13 @@ impl World {
                 }
                 self.nodes[to].engine.handle_data(now, &data);
                 self.after_input(to);
+            }
+            Ev::Answer { slot, inc, member, answer } => {
+                if !self.usable(slot, inc) || now < self.nodes[slot].paused_until {
+                    return;
+                }
+                self.nodes[slot].engine.handle_address(now, &member, answer);
+                self.after_input(slot);
             }
             Ev::Unpause { slot, inc } => {
                 // A second pause that ends later wakes it then.

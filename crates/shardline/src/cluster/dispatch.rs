@@ -130,6 +130,11 @@ impl PeerLink for GossipLink {
         let transport = self.0.clone();
         Box::pin(async move { transport.send_to_address(addr, PeerMessage::Gossip(data)).await })
     }
+
+    fn identify(&self, addr: std::net::SocketAddr) -> BoxFuture<'static, Result<NodeId, TransportError>> {
+        let transport = self.0.clone();
+        Box::pin(async move { transport.identify(addr).await })
+    }
 }
 
 pub(super) async fn watch_membership(cluster: Cluster, mut views: watch::Receiver<ClusterView>) {

@@ -12,18 +12,25 @@
 //! - Gossip is lossy by design (SWIM repeats and probes indirectly): data that cannot be queued
 //!   is counted and dropped, never waited for.
 //!
-//! **No split-brain resolution by default yet.** Without a resolver, two sides of a partition
-//! each declare the other down and each elect a leader, so a shard can be hosted on both sides.
-//! [`GossipConfig::split_brain`](shardline_core::gossip::GossipConfig::split_brain) turns the
-//! core's resolver on. Use gossip membership for development and single-host clusters;
-//! production clusters use a lease provider (etcd or NATS).
+//! - Members in doubt have their address checked ([`GossipCommand::CheckAddress`]): a handshake
+//!   on a connection of its own, whose answer (a refusal, the node listening there, or nothing)
+//!   goes back to the engine, which takes a refusal or another node as proof that the member's
+//!   process is gone.
+//!
+//! **Split-brain resolution is on by default** (`KeepMajority`, see [`GossipConfig`]): a
+//! partition keeps its larger side, and the other stops its shards before they are taken over.
+//! [`GossipConfig::without_split_brain`] turns it off, and then both sides of a partition host
+//! the same shards. A paused process is not fenced by gossip: it acts on what it missed when it
+//! wakes, until it hears it was downed; a lease provider (etcd, NATS, PostgreSQL) fences it.
 
 use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use shardline_core::gossip::{GossipCommand, GossipConfig, GossipEngine, GossipEvent, GossipId, GossipView};
+use shardline_core::gossip::{
+    AddressAnswer, GossipCommand, GossipConfig, GossipEngine, GossipEvent, GossipId, GossipView,
+};
 use shardline_core::NodeId;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
@@ -31,7 +38,7 @@ use tracing::{debug, info, warn};
 use super::PeerLink;
 use super::{BoxFuture, ClusterView, Control, ControlHandle, MembershipHandle, MembershipProvider, ProviderContext};
 use crate::clock::Clock;
-use crate::error::ConfigError;
+use crate::error::{ConfigError, TransportError};
 
 /// Gossip membership joining through seed addresses. See the module docs.
 ///
@@ -127,8 +134,9 @@ impl MembershipProvider for Gossip {
                 })?;
             let (view_tx, views) = watch::channel(ClusterView::default());
             let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
-            let driver = Driver { engine, clock: ctx.clock, peers: ctx.peers, view_tx, down: BTreeSet::new() };
-            tokio::spawn(driver.run(ctx.gossip, ctl_rx));
+            let (answers, answers_rx) = mpsc::unbounded_channel();
+            let driver = Driver { engine, clock: ctx.clock, peers: ctx.peers, view_tx, down: BTreeSet::new(), answers };
+            tokio::spawn(driver.run(ctx.gossip, ctl_rx, answers_rx));
             Ok(MembershipHandle { views, control: Arc::new(ControlHandle(ctl_tx)), lease: None, maps: None })
         })
     }
@@ -142,10 +150,17 @@ struct Driver {
     view_tx: watch::Sender<ClusterView>,
     /// Members the last view holds down or removed: their connections are gone.
     down: BTreeSet<NodeId>,
+    /// Where address checks report what they found.
+    answers: mpsc::UnboundedSender<(GossipId, AddressAnswer)>,
 }
 
 impl Driver {
-    async fn run(mut self, mut data: mpsc::Receiver<(NodeId, Vec<u8>)>, mut control: mpsc::UnboundedReceiver<Control>) {
+    async fn run(
+        mut self,
+        mut data: mpsc::Receiver<(NodeId, Vec<u8>)>,
+        mut control: mpsc::UnboundedReceiver<Control>,
+        mut answers: mpsc::UnboundedReceiver<(GossipId, AddressAnswer)>,
+    ) {
         loop {
             self.carry_out();
             let wake = self.engine.poll_timeout().map(|t| self.clock.at(t));
@@ -165,6 +180,9 @@ impl Driver {
                     Some((_, bytes)) => self.engine.handle_data(self.clock.now_ms(), &bytes),
                     None => return,
                 },
+                Some((member, answer)) = answers.recv() => {
+                    self.engine.handle_address(self.clock.now_ms(), &member, answer)
+                }
                 _ = sleep_until(wake) => self.engine.handle_timeout(self.clock.now_ms()),
             }
         }
@@ -174,6 +192,7 @@ impl Driver {
         while let Some(c) = self.engine.poll_command() {
             match c {
                 GossipCommand::Send { to, data } => self.send(to, data),
+                GossipCommand::CheckAddress { member } => self.check_address(member),
                 GossipCommand::Publish(view) => self.publish(view),
                 GossipCommand::Log(event) => log(&event),
             }
@@ -207,6 +226,26 @@ impl Driver {
         }
     }
 
+    /// Connects to `member`'s address in the background; the answer comes back to `run`.
+    fn check_address(&self, member: GossipId) {
+        let Ok(addr) = member.addr.parse::<SocketAddr>() else { return };
+        let identify = self.peers.identify(addr);
+        let answers = self.answers.clone();
+        tokio::spawn(async move {
+            let answer = match identify.await {
+                Ok(node) => AddressAnswer::Node(node),
+                Err(TransportError::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    AddressAnswer::Refused
+                }
+                Err(e) => {
+                    debug!(%addr, error = %e, "address check: no answer");
+                    AddressAnswer::Silent
+                }
+            };
+            let _ = answers.send((member, answer));
+        });
+    }
+
     fn publish(&mut self, v: GossipView) {
         self.down = v.view.members().filter(|m| m.status.is_fenced()).map(|m| m.node.clone()).collect();
         super::publish_view(&self.view_tx, v.view, v.leader, &v.addresses);
@@ -228,6 +267,7 @@ fn log(event: &GossipEvent) {
             warn!(?nodes, "split-brain resolver: this side survives and downs the members it cannot reach")
         }
         GossipEvent::MemberDown { node } => warn!(%node, "member declared down"),
+        GossipEvent::MemberGone { node, evidence } => warn!(%node, evidence, "member's process is gone: down at once"),
         GossipEvent::MemberLeft { node } => info!(%node, "member left the cluster"),
         GossipEvent::DeclaredDown => warn!("this node was declared down by the cluster"),
         GossipEvent::Unreachable { nodes } if nodes.is_empty() => info!("every member is reachable again"),

@@ -98,6 +98,9 @@ pub trait PeerLink: Send + Sync + 'static {
     /// Sends `data` to whatever node listens at `addr` (a seed known by address, a member held
     /// down), on a short-lived connection of its own. Resolves to the node that answered.
     fn send_to_address(&self, addr: SocketAddr, data: Vec<u8>) -> BoxFuture<'static, Result<NodeId, TransportError>>;
+    /// Which node listens at `addr` (a handshake, nothing sent). A refused connection is an
+    /// [`TransportError::Io`] of kind `ConnectionRefused`.
+    fn identify(&self, addr: SocketAddr) -> BoxFuture<'static, Result<NodeId, TransportError>>;
 }
 
 /// A running provider: its views and how to leave.

@@ -341,6 +341,18 @@ impl<M: Payload> Transport<M> {
         let _ = stream.shutdown().await;
         Ok(node)
     }
+
+    /// Which node listens at `addr`: dials it and completes the handshake, sending nothing else.
+    /// A refused connection comes back as [`TransportError::Io`] of kind `ConnectionRefused`:
+    /// the host answered that nothing listens there.
+    pub async fn identify(&self, addr: SocketAddr) -> Result<NodeId, TransportError> {
+        let timeout = self.shared.config.connect_timeout;
+        let (mut stream, node) = tokio::time::timeout(timeout, dial(addr, None, &self.shared))
+            .await
+            .map_err(|_| TransportError::HandshakeTimeout)??;
+        let _ = stream.shutdown().await;
+        Ok(node)
+    }
 }
 
 /// Dials `addr` and completes the handshake as the dialer.
