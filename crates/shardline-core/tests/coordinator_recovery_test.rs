@@ -141,3 +141,25 @@ fn a_shard_whose_epoch_has_no_successor_is_not_reallocated_below_it() {
     assert!(matches!(map.assign(ShardId(0), node("a"), 3), Err(shardline_core::MapError::EpochExhausted { .. })));
     assert_eq!(last.next(4), Some(Epoch { term: 4, seq: 1 }), "a newer term starts its own count");
 }
+
+/// Gossip shows a member whose status never reached this node as `Joining` (a restart that
+/// joined one side of a partition sees the other side that way): it may host shards, so a
+/// recovering coordinator allocates nothing until it reports, and then leaves its shards where
+/// they are.
+#[test]
+fn a_recovering_coordinator_waits_for_a_member_it_knows_only_as_joining() {
+    use shardline_core::{LeastShards, Member, MemberStatus};
+    let mut v = view(&["a"]);
+    v.add(Member::new(node("b"), 2).with_status(MemberStatus::Joining)).unwrap();
+    let _ = v.set_reachable(&node("b"), false);
+    let mut c =
+        shardline_core::CoordinatorEngine::new(config(2), node("a"), 5, Box::new(LeastShards::unlimited()), v, None, 0)
+            .unwrap();
+    c.handle_register(1, &node("a"), 5, &[], true);
+    assert!(c.is_recovering(), "b may host: its report is awaited");
+    assert!(c.shard_map().iter().all(|(_, slot)| slot.owner.is_none()), "nothing allocated meanwhile");
+    let e = Epoch { term: 3, seq: 1 };
+    c.handle_register(2, &node("b"), 5, &[(ShardId(0), e), (ShardId(1), e)], true);
+    assert!(!c.is_recovering());
+    assert_eq!(c.shard_map().home(ShardId(0)), Some(ShardHome { owner: node("b"), epoch: e }));
+}

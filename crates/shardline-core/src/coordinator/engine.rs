@@ -429,8 +429,12 @@ impl CoordinatorEngine {
         // Proxies and members without the type's role never host it: their report cannot
         // change anything, and a proxy may not even run this type.
         let role = self.config.role.as_deref();
+        // `Joining` too: gossip shows a member whose status has not reached this node as
+        // joining, and a restart that joined one side of a partition sees the other side's
+        // members that way; their shards are theirs until they report (a real partition test
+        // found a rejoined member that led its side alone give itself every shard of the other).
         let waiting_member = self.view.members().any(|m| {
-            matches!(m.status, MemberStatus::Up | MemberStatus::Leaving | MemberStatus::Exiting)
+            matches!(m.status, MemberStatus::Joining | MemberStatus::Up | MemberStatus::Leaving | MemberStatus::Exiting)
                 && !m.is_proxy()
                 && role.is_none_or(|r| m.roles.contains(r))
                 && !r.reported.contains(&m.node)
