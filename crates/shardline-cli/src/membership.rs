@@ -105,10 +105,9 @@ pub fn resolve_split_brain(
     split_brain: Option<&SplitBrainArg>,
     stable_after_ms: u64,
 ) -> Result<(LeaseConfig, GossipConfig), String> {
-    let gossip = match split_brain.map(|a| a.0.clone()) {
-        None => GossipConfig::with_split_brain(SplitBrainPolicy::KeepMajority, stable_after_ms),
-        Some(Some(policy)) => GossipConfig::with_split_brain(policy, stable_after_ms),
-        Some(None) => {
+    let gossip = match split_brain.map_or(Some(SplitBrainPolicy::KeepMajority), |a| a.0.clone()) {
+        Some(policy) => GossipConfig::with_split_brain(policy, stable_after_ms),
+        None => {
             GossipConfig { stable_after_ms, down_margin_ms: stable_after_ms, ..GossipConfig::without_split_brain() }
         }
     };
@@ -243,5 +242,22 @@ mod tests {
         for bad in ["", "etcd://", "postgres://", "sqlite://", "zookeeper://x"] {
             assert!(bad.parse::<MembershipSpec>().is_err(), "{bad:?}");
         }
+    }
+
+    /// Gossip resolves partitions unless told `off`; lease membership takes only keep-majority
+    /// or off.
+    #[test]
+    fn split_brain_flags_resolve_to_keep_majority_by_default() {
+        let arg = |s: &str| s.parse::<SplitBrainArg>().ok();
+        let gossip =
+            |a: Option<SplitBrainArg>| resolve_split_brain(&MembershipSpec::Seeds, a.as_ref(), 5_000).map(|r| r.1);
+        assert_eq!(gossip(None).ok().and_then(|g| g.split_brain), Some(SplitBrainPolicy::KeepMajority));
+        assert_eq!(gossip(arg("off")).ok().map(|g| g.split_brain), Some(None));
+        let oldest = Some(SplitBrainPolicy::KeepOldest { down_if_alone: true });
+        assert_eq!(gossip(arg("keep-oldest")).ok().and_then(|g| g.split_brain), oldest);
+        let etcd = MembershipSpec::Etcd("127.0.0.1:2379".into());
+        assert!(resolve_split_brain(&etcd, arg("keep-oldest").as_ref(), 5_000).is_err());
+        let leases = resolve_split_brain(&etcd, arg("off").as_ref(), 5_000).map(|r| r.0.split_brain.is_none());
+        assert_eq!(leases, Ok(true));
     }
 }

@@ -453,10 +453,9 @@ impl GossipEngine {
         let margin = self
             .down
             .iter()
-            .filter(|(node, _)| !self.gone.contains(*node))
+            .filter(|(node, (_, since))| self.held_for_margin(node, *since, self.now))
             .map(|(_, (_, since))| since + self.down_margin_ms())
-            .filter(|t| *t > self.now);
-        let margin = if self.resolver.is_some() { margin.min() } else { None };
+            .min();
         [timer, Some(self.status_at), Some(self.announce_at), resolve, margin].into_iter().flatten().min()
     }
 

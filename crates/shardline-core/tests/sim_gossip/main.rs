@@ -77,6 +77,19 @@ fn sim_gossip_replay() {
     assert!(v.is_empty(), "seed {seed}: {v:?}");
 }
 
+/// Runs batches of `batch` schedules, their parameters changed by `tweak`, until one breaks
+/// `invariant` (at most `cap`), prints what the first batch caught and asserts that it did.
+fn assert_caught(what: &str, batch: u64, cap: u64, tweak: fn(&mut Params), invariant: &str, unnoticed: &str) {
+    let caught = |r: &(Vec<(u64, String)>, u64)| r.0.iter().any(|(_, v)| v.contains(invariant));
+    let batches = harness::until_found(what, batch, cap, |b, n| run_many(b, n, tweak), caught);
+    let (failures, _) = &batches[0];
+    println!("{what}: {} of {batch} schedules caught", failures.len());
+    for (seed, v) in failures.iter().take(3) {
+        println!("  seed {seed}: {v}");
+    }
+    assert!(failures.iter().any(|(_, v)| v.contains(invariant)), "the simulation did not notice {unnoticed}");
+}
+
 /// The checker can fail: engines that count a downed member as down at once take over the shards
 /// of a side that has not stopped yet.
 #[test]
@@ -86,17 +99,7 @@ fn sim_gossip_catches_a_missing_down_margin() {
         p.broken_margin = true;
         p.faults = p.faults.max(3);
     };
-    let caught = |r: &(Vec<(u64, String)>, u64)| r.0.iter().any(|(_, v)| v.contains("G3"));
-    let batches = harness::until_found("no down margin", 300, 3_000, |b, n| run_many(b, n, tweak), caught);
-    let (failures, _) = &batches[0];
-    println!("no down margin: {} of 300 schedules caught", failures.len());
-    for (seed, v) in failures.iter().take(3) {
-        println!("  seed {seed}: {v}");
-    }
-    assert!(
-        failures.iter().any(|(_, v)| v.contains("G3")),
-        "the simulation did not notice a side taken over too early"
-    );
+    assert_caught("no down margin", 300, 3_000, tweak, "G3", "a side taken over too early");
 }
 
 /// The checker can fail: engines that take a silent address for proof that its member is gone
@@ -108,17 +111,7 @@ fn sim_gossip_catches_silence_taken_for_death() {
         p.broken_proof = true;
         p.faults = p.faults.max(3);
     };
-    let caught = |r: &(Vec<(u64, String)>, u64)| r.0.iter().any(|(_, v)| v.contains("G3"));
-    let batches = harness::until_found("silence taken for death", 300, 3_000, |b, n| run_many(b, n, tweak), caught);
-    let (failures, _) = &batches[0];
-    println!("silence taken for death: {} of 300 schedules caught", failures.len());
-    for (seed, v) in failures.iter().take(3) {
-        println!("  seed {seed}: {v}");
-    }
-    assert!(
-        failures.iter().any(|(_, v)| v.contains("G3")),
-        "the simulation did not notice a silent member taken for gone"
-    );
+    assert_caught("silence taken for death", 300, 3_000, tweak, "G3", "a silent member taken for gone");
 }
 
 /// The checker can fail: engines that never repeat their status leave members that joined later
@@ -129,14 +122,7 @@ fn sim_gossip_catches_a_status_told_only_once() {
         p.broken_status = true;
         p.faults = p.faults.max(3);
     };
-    let caught = |r: &(Vec<(u64, String)>, u64)| r.0.iter().any(|(_, v)| v.contains("G2"));
-    let batches = harness::until_found("status told only once", 200, 2_000, |b, n| run_many(b, n, tweak), caught);
-    let (failures, _) = &batches[0];
-    println!("status told only once: {} of 200 schedules caught", failures.len());
-    for (seed, v) in failures.iter().take(3) {
-        println!("  seed {seed}: {v}");
-    }
-    assert!(failures.iter().any(|(_, v)| v.contains("G2")), "the simulation did not notice members left joining");
+    assert_caught("status told only once", 200, 2_000, tweak, "G2", "members left joining");
 }
 
 /// Same seed, same run.

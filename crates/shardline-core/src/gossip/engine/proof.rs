@@ -79,15 +79,12 @@ impl GossipEngine {
                 ask.push(m.id().clone());
             }
         }
-        if self.resolver.is_some() {
-            let margin = self.down_margin_ms();
-            ask.extend(
-                self.down
-                    .iter()
-                    .filter(|(node, (_, since))| !self.gone.contains(*node) && now < since + margin)
-                    .map(|(_, (id, _))| id.clone()),
-            );
-        }
+        ask.extend(
+            self.down
+                .iter()
+                .filter(|(node, (_, since))| self.held_for_margin(node, *since, now))
+                .map(|(_, (id, _))| id.clone()),
+        );
         for member in ask {
             let Some(node) = member.node.clone() else { continue };
             if self.gone.contains(&node) || self.checked_at.get(&node).is_some_and(|at| now < at + period) {

@@ -115,6 +115,12 @@ impl GossipEngine {
         }
     }
 
+    /// Whether the downed `node`, down since `since`, still counts as possibly running at `now`:
+    /// with a resolver, for the margin, unless it was proven gone (see `proof`).
+    pub(super) fn held_for_margin(&self, node: &NodeId, since: u64, now: u64) -> bool {
+        self.resolver.is_some() && !self.gone.contains(node) && now < since + self.down_margin_ms()
+    }
+
     /// How long a downed member still counts as possibly running. The two sides of a partition
     /// do not decide at the same moment: each finds the other side unreachable by probing one
     /// member per period, so a side may take up to a period per member longer to see a stable

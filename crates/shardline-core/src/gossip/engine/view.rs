@@ -41,9 +41,8 @@ impl GossipEngine {
             let status = id.node.as_ref().and_then(|n| statuses.get(n)).map(|s| s.status);
             if status == Some(MemberStatus::Removed) {
                 add(id, MemberStatus::Removed, false);
-            } else if self.resolver.is_some() && !self.gone.contains(node) && self.now < since + self.down_margin_ms() {
+            } else if self.held_for_margin(node, *since, self.now) {
                 // Downed, but its side may still be stopping: unreachable, shards not taken over.
-                // A member proven gone has no side (see `proof`).
                 add(id, status.unwrap_or(MemberStatus::Up), false);
             } else {
                 add(id, MemberStatus::Down, false);
