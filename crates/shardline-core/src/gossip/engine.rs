@@ -16,6 +16,7 @@ use crate::membership::{MemberStatus, MembershipView};
 use crate::shard_map::Term;
 use crate::split_brain::SplitBrainPolicy;
 
+mod hosting;
 mod leader;
 mod proof;
 mod resolve;
@@ -81,6 +82,11 @@ pub struct GossipConfig {
     /// host had refused the connection. Exists so the simulations can prove they catch it.
     #[cfg(feature = "fault-injection")]
     pub fault_silence_proves_gone: bool,
+    /// Breaks the protocol: this node may host whether or not a majority answers it (see
+    /// [`GossipEngine::hosting_until`]), so a paused or cut-off node runs on. Exists so the
+    /// simulations can prove they catch it.
+    #[cfg(feature = "fault-injection")]
+    pub fault_host_without_majority: bool,
 }
 
 impl GossipConfig {
@@ -158,6 +164,8 @@ impl Default for GossipConfig {
             fault_no_down_margin: false,
             #[cfg(feature = "fault-injection")]
             fault_silence_proves_gone: false,
+            #[cfg(feature = "fault-injection")]
+            fault_host_without_majority: false,
         }
     }
 }
@@ -305,6 +313,8 @@ pub struct GossipEngine {
     /// forwarded, a feed for its announce): data that arrives shows that others reach this
     /// node, only answers show that this node reaches them.
     answered_at: u64,
+    /// Answers to this node's probes, for [`hosting_until`](Self::hosting_until).
+    answers: hosting::Answers,
     /// When each member's address was last checked ([`GossipCommand::CheckAddress`]).
     checked_at: BTreeMap<NodeId, u64>,
     /// Members proven gone (their address refused a connection, or another node answers
@@ -415,6 +425,7 @@ impl GossipEngine {
             heard_at: now,
             heard_from: None,
             answered_at: now,
+            answers: hosting::Answers::default(),
             checked_at: BTreeMap::new(),
             gone: BTreeSet::new(),
             status_seen: BTreeMap::new(),
@@ -463,13 +474,18 @@ impl GossipEngine {
     pub fn handle_data(&mut self, now: u64, data: &[u8]) {
         let header = decode_header(data);
         let answer = header.as_ref().is_some_and(|h| answers(&self.me, h));
+        // First: an answer read after a pause must not meet a send that the window forgot.
+        self.forget_old_sends(now);
         // The member a join through this frame asks for the membership (`ask_for_members`).
-        self.heard_from = header.map(|h| h.src);
+        self.heard_from = header.as_ref().map(|h| h.src.clone());
         match self.foca.handle_data(data, &mut self.runtime) {
             Ok(()) => {
                 self.heard_at = self.heard_at.max(now);
                 if answer {
                     self.answered_at = self.answered_at.max(now);
+                    if let Some(h) = &header {
+                        self.note_answer(h);
+                    }
                 }
             }
             Err(error) => self.log(GossipEvent::BadData { error: error.to_string() }),
@@ -573,8 +589,12 @@ impl GossipEngine {
             self.notified(now, n);
         }
         while let Some((to, data)) = self.runtime.to_send() {
+            if let Some(h) = decode_header(&data) {
+                self.note_sent(now, to.node.as_ref(), &h);
+            }
             self.commands.push_back(GossipCommand::Send { to, data: data.to_vec() });
         }
+        self.forget_old_sends(now);
         while let Some((after, timer)) = self.runtime.to_schedule() {
             self.next_timer += 1;
             let at = now + after.as_millis().min(u128::from(u64::MAX)) as u64;

@@ -5,9 +5,10 @@
 //! links, pauses and stalled messages.
 //!
 //! After every step it checks G1 (one leader per term) and G3 (a member that a leader shows down,
-//! so that its shards would be taken over, has stopped: crashed or declared itself down; members
-//! that were paused are left out, since gossip alone cannot stop a paused process in time, and so
-//! is a first seed restarted before any term was taken, which cannot tell it from a first boot). After
+//! so that its shards would be taken over, has stopped: crashed, declared itself down, or may not
+//! host now because no majority answered it within the window, which is how a paused or cut-off
+//! member stops; a first seed restarted before any term was taken is left out, since it cannot
+//! tell that from a first boot). After
 //! the faults it checks G2: every live member sees every other one `Up` and reachable, and all
 //! name the same leader.
 //!
@@ -112,6 +113,18 @@ fn sim_gossip_catches_silence_taken_for_death() {
         p.faults = p.faults.max(3);
     };
     assert_caught("silence taken for death", 300, 3_000, tweak, "G3", "a silent member taken for gone");
+}
+
+/// The checker can fail: engines that host without a majority's answers run on while paused or
+/// cut off, after the others took their shards over.
+#[test]
+fn sim_gossip_catches_a_member_that_hosts_without_a_majority() {
+    let tweak: fn(&mut Params) = |p| {
+        p.resolver = true;
+        p.broken_hosting = true;
+        p.faults = p.faults.max(3);
+    };
+    assert_caught("hosting without a majority", 300, 3_000, tweak, "G3", "a paused or cut-off member running on");
 }
 
 /// The checker can fail: engines that never repeat their status leave members that joined later

@@ -35,6 +35,8 @@ pub struct Params {
     pub broken_margin: bool,
     /// Engines that take a member whose address does not answer for gone.
     pub broken_proof: bool,
+    /// Engines that host whether or not a majority answers them.
+    pub broken_hosting: bool,
 }
 
 impl Params {
@@ -53,6 +55,7 @@ impl Params {
             stable_after_ms: r.range(1_000, 5_000),
             broken_margin: false,
             broken_proof: false,
+            broken_hosting: false,
         }
     }
 }
@@ -103,11 +106,6 @@ struct SimNode {
     view: Option<GossipView>,
     declared_down: bool,
     timer_at: Option<u64>,
-    /// Until when G3 leaves it out after a pause: a paused process acts on what it missed only
-    /// when it wakes (gossip alone cannot stop it in time, which is what leases are for); once
-    /// awake it has its own down margin to find out, as long as a side that lost a partition has
-    /// to stop before the others take over.
-    exempt_until: u64,
     /// The first seed, restarted before any term was taken: nothing it can read (the runtime's
     /// term floor comes from fences, and there are none yet) tells it from a first boot, so when
     /// it reaches no other seed within its grace it starts a cluster, as a first boot must, even
@@ -209,6 +207,7 @@ impl World {
         };
         config.fault_no_down_margin = self.p.broken_margin;
         config.fault_silence_proves_gone = self.p.broken_proof;
+        config.fault_host_without_majority = self.p.broken_hosting;
         config.term_floor = term_floor;
         config.rejoin = rejoin;
         let first_boot_again = slot == 0 && term_floor == 0 && !rejoin && self.nodes.len() == self.p.nodes;
@@ -230,7 +229,6 @@ impl World {
             view: None,
             declared_down: false,
             timer_at: None,
-            exempt_until: 0,
             first_boot_again,
         }
     }
@@ -363,9 +361,10 @@ impl World {
     }
 
     /// G3, after every step, with the split-brain resolver: when a leader shows a member down
-    /// (its shards would be taken over), that member has stopped: crashed, or declared itself
-    /// down. A member is left out only while paused and for its down margin after it wakes (see
-    /// `exempt_until`), and if no leader ever showed it `Up` and reachable (it never joined far
+    /// (its shards would be taken over), that member has stopped: crashed, declared itself down,
+    /// or may not host now ([`GossipEngine::hosting_until`], which its runtime checks before
+    /// every message, so that a paused member is stopped by the clock, not by its engine). A
+    /// member is left out only if no leader ever showed it `Up` and reachable (it never joined far
     /// enough to be given a shard: a restart whose answers are cut, say, is downed by the others
     /// before it hears of them), and the first seed restarted before any term was taken (see
     /// `first_boot_again`). Without a resolver, gossip promises no such thing: a member is
@@ -388,8 +387,7 @@ impl World {
                     n.id.node.as_ref() == Some(&m.node)
                         && n.alive
                         && !n.declared_down
-                        && now >= n.paused_until
-                        && now >= n.exempt_until
+                        && n.engine.hosting_until().is_none_or(|until| now < until)
                         && !n.first_boot_again
                 });
                 if running {
@@ -459,8 +457,6 @@ impl World {
                 for data in std::mem::take(&mut self.nodes[slot].deferred) {
                     self.nodes[slot].engine.handle_data(now, &data);
                 }
-                let margin = self.nodes[slot].engine.down_margin_ms();
-                self.nodes[slot].exempt_until = now + margin;
                 self.nodes[slot].engine.handle_timeout(now);
                 self.after_input(slot);
             }
@@ -546,9 +542,13 @@ impl World {
                     self.schedule(until, Ev::HealLink { from, to });
                 }
             }
+            // Pauses: half of them short, half long enough for the others to down the member
+            // and take its shards over while it sleeps (a `SIGSTOP`, a suspended VM).
             3 => {
-                let until = now + self.rng.range(100, 6_000);
+                let until =
+                    now + if self.rng.chance(0.5) { self.rng.range(100, 6_000) } else { self.rng.range(8_000, 30_000) };
                 self.log(|| format!("fault: n{slot} paused until {until}"));
+                self.calm_at = self.calm_at.max(until);
                 self.nodes[slot].paused_until = self.nodes[slot].paused_until.max(until);
                 self.schedule(until, Ev::Unpause { slot, inc });
             }

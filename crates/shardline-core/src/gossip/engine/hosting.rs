@@ -1,0 +1,147 @@
+//! Until when this node may host: while a majority of its members answered it recently.
+//!
+//! The resolver stops the losing side of a partition, but only once that side decides, and a
+//! process that is paused (a stall, a suspended VM, `SIGSTOP`) decides nothing: it wakes up with
+//! work queued everywhere and runs it before its engine hears that it was downed. A one-way cut
+//! is as bad: a node whose messages are lost still hears the others and keeps its view. Lease
+//! providers fence such a node by its lease; gossip has none, so it makes one from the protocol
+//! itself. A member that answers a message proves that it reached this node at least as late as
+//! the message was sent; a majority of members (keep-majority's side, with its tie rule) that
+//! answered messages sent within the last window proves that this node is not cut off from its
+//! side. Without such answers it processes nothing, until they come back.
+//!
+//! The bound is the resolver's window (`stable_after`, never less than a probe per member): the
+//! others take a node's shards over only after they held it unreachable for that window and then
+//! for the down margin, so a node that stops answering them — paused, cut off, or sending into
+//! a void — has stopped processing before they can start. Times are those of this node's sends
+//! (a probe's, kept by its number until the window ends): an answer that waited in a socket
+//! across a pause carries the time it was asked for, not the time it was read, so it extends
+//! nothing. The runtime checks the bound at every entry point, as it checks a lease.
+
+use std::collections::BTreeMap;
+
+use super::GossipEngine;
+use crate::id::NodeId;
+use crate::membership::MemberStatus;
+
+/// What this node sent that may be answered, and what was.
+#[derive(Debug, Default)]
+pub(super) struct Answers {
+    /// When each probe of this node went out (a ping, a request to ping indirectly, a ping it
+    /// relays), by the member it went to and the probe's number, while the window lasts.
+    sent: BTreeMap<(NodeId, u8), u64>,
+    /// Per member, when the newest message it answered was sent.
+    answered: BTreeMap<NodeId, u64>,
+}
+
+impl GossipEngine {
+    /// Until when this node may host shards (engine time, exclusive): while members that make a
+    /// majority (keep-majority's side, with its tie rule) answered messages it sent within the
+    /// window. None: no bound, without a split-brain resolver (a partition hosts on both sides
+    /// anyway). Zero once this node was declared down or left.
+    ///
+    /// ```
+    /// use shardline_core::gossip::{GossipConfig, GossipEngine, GossipId};
+    /// use shardline_core::NodeId;
+    ///
+    /// let me = GossipId {
+    ///     addr: "127.0.0.1:7000".into(),
+    ///     node: Some(NodeId::new("a", 1)),
+    ///     app_version: "1".into(),
+    ///     roles: Vec::new(),
+    ///     weight: 1,
+    /// };
+    /// let e = GossipEngine::new(GossipConfig::default(), me, &[], 0, 1).unwrap();
+    /// // Alone, it is its own majority: it may host for a window from now.
+    /// assert!(e.hosting_until().unwrap() > 0);
+    /// ```
+    pub fn hosting_until(&self) -> Option<u64> {
+        self.resolver.as_ref()?;
+        #[cfg(feature = "fault-injection")]
+        if self.config.fault_host_without_majority {
+            return Some(u64::MAX);
+        }
+        if self.declared_down || self.status == MemberStatus::Removed {
+            return Some(0);
+        }
+        let bound = self.hosting_bound_ms();
+        let counted: Vec<&NodeId> = self
+            .foca
+            .iter_members()
+            .filter(|m| m.state() != foca::State::Down)
+            .filter_map(|m| m.id().node.as_ref())
+            .collect();
+        let n = counted.len() + 1;
+        let answered = |node: &NodeId| self.answers.answered.get(node).copied();
+        // The newest time by which `k` members of `others` (and this node) had all answered.
+        let newest = |k: usize, others: &mut dyn Iterator<Item = &NodeId>| -> Option<u64> {
+            if k == 0 {
+                return Some(self.now);
+            }
+            let mut times: Vec<u64> = others.filter_map(&answered).collect();
+            times.sort_unstable_by(|a, b| b.cmp(a));
+            times.get(k - 1).copied()
+        };
+        // More than half of the members.
+        let mut since = newest(n / 2, &mut counted.iter().copied());
+        // Exactly half, holding the lowest member (keep-majority's tie rule).
+        if n % 2 == 0 {
+            let lowest = counted.iter().copied().min().filter(|l| **l < self.node);
+            let tie = match lowest {
+                None => newest(n / 2 - 1, &mut counted.iter().copied()),
+                // Of two, the other one holds the lowest: no half holds it and this node.
+                Some(_) if n == 2 => None,
+                Some(l) => {
+                    let rest = newest(n / 2 - 2, &mut counted.iter().copied().filter(|m| *m != l));
+                    rest.zip(answered(l)).map(|(a, b)| a.min(b))
+                }
+            };
+            since = since.max(tie);
+        }
+        Some(since.map_or(0, |s| s.saturating_add(bound)))
+    }
+
+    /// How long an answer counts: the resolver's window (see the module docs).
+    fn hosting_bound_ms(&self) -> u64 {
+        let members = self.foca.num_members() as u64 + 1;
+        let round = members * self.config.probe_period_ms + self.config.probe_rtt_ms;
+        self.config.stable_after_ms.max(round)
+    }
+
+    /// Records a probe this node sends (`data` to `to`), to credit its answer with its time.
+    pub(super) fn note_sent(&mut self, now: u64, to: Option<&NodeId>, header: &foca::Header<super::GossipId>) {
+        use foca::Message;
+        let Some(to) = to else { return };
+        let number = match &header.message {
+            Message::Ping(n) => *n,
+            Message::PingReq { probe_number, .. } | Message::IndirectPing { probe_number, .. } => *probe_number,
+            _ => return,
+        };
+        // The earliest send under one key: an answer proves no more than that.
+        self.answers.sent.entry((to.clone(), number)).or_insert(now);
+    }
+
+    /// Credits the sender of an answer (`header`, just received) with the time of what it answers.
+    pub(super) fn note_answer(&mut self, header: &foca::Header<super::GossipId>) {
+        use foca::Message;
+        let Some(from) = header.src.node.clone() else { return };
+        let number = match &header.message {
+            Message::Ack(n) => *n,
+            Message::ForwardedAck { probe_number, .. } | Message::IndirectAck { probe_number, .. } => *probe_number,
+            _ => return,
+        };
+        if let Some(at) = self.answers.sent.get(&(from.clone(), number)).copied() {
+            let newest = self.answers.answered.entry(from).or_insert(at);
+            *newest = (*newest).max(at);
+        }
+    }
+
+    /// Forgets sends older than the window (their answers could extend nothing, and probe
+    /// numbers come round again) and members no longer known.
+    pub(super) fn forget_old_sends(&mut self, now: u64) {
+        let bound = self.hosting_bound_ms();
+        self.answers.sent.retain(|_, at| now.saturating_sub(*at) < bound);
+        let known: Vec<NodeId> = self.foca.iter_members().filter_map(|m| m.id().node.clone()).collect();
+        self.answers.answered.retain(|node, _| known.contains(node));
+    }
+}

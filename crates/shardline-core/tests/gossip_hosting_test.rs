@@ -1,0 +1,149 @@
+//! Until when a gossip member may host (`GossipEngine::hosting_until`): while a majority
+//! answered what it sent within the window. A paused, cut-off or one-way-cut member stops before
+//! the others take its shards over; the members that still reach a majority never stop.
+
+mod gossip_net;
+
+use gossip_net::{three_at_defaults, time_until_down, Net};
+use shardline_core::gossip::{GossipConfig, GossipEvent};
+use shardline_core::{MemberStatus, NodeId};
+
+fn addr(name: &str) -> String {
+    format!("{name}:7000")
+}
+
+fn may_host(net: &Net, name: &str) -> bool {
+    net.nodes[&addr(name)].hosting_until().is_some_and(|until| net.now < until)
+}
+
+/// Runs until `name` may no longer host (checked every 50 ms), at most `limit` ms: how long it
+/// took, and whether `others` could host at every check on the way.
+fn time_until_stopped(net: &mut Net, name: &str, others: &[&str], limit: u64) -> Option<u64> {
+    let start = net.now;
+    while net.now < start + limit {
+        let t = net.now + 50;
+        net.run(t);
+        for o in others {
+            assert!(may_host(net, o), "{o} stopped at {} while it reached a majority", net.now);
+        }
+        if !may_host(net, name) {
+            return Some(net.now - start);
+        }
+    }
+    None
+}
+
+#[test]
+fn members_that_reach_each_other_host() {
+    let mut net = three_at_defaults();
+    for t in 0..40 {
+        net.run(net.now + 250);
+        for name in ["a", "b", "c"] {
+            assert!(may_host(&net, name), "{name} may not host at {} (step {t})", net.now);
+        }
+    }
+}
+
+/// Cut off from everyone, a member stops within the window (5 s at the defaults), long before
+/// the others show it down; they never stop.
+#[test]
+fn a_member_cut_off_stops_before_the_others_take_over() {
+    let mut net = three_at_defaults();
+    net.isolated.insert(addr("c"));
+    let cut_at = net.now;
+    let stopped = time_until_stopped(&mut net, "c", &["a", "b"], 10_000);
+    let Some(stopped) = stopped else { panic!("c still hosts 10 s after it was cut off") };
+    assert!(stopped <= 5_000 + 200, "c stopped {stopped} ms after the cut, past the 5 s window");
+    let c = NodeId::new("c", 3);
+    let down = time_until_down(&mut net, "a", &c, 40_000).map(|t| t + net.now - cut_at);
+    assert!(down.is_some_and(|d| d > stopped), "a showed c down at {down:?}, c stopped at {stopped}");
+    assert!(!may_host(&net, "c"));
+}
+
+/// One-way cuts, either way: a member whose probes are lost, or whose answers are, hears no
+/// answer and stops, although it may still hear the others.
+#[test]
+fn a_member_cut_one_way_stops_either_way() {
+    for outgoing in [true, false] {
+        let mut net = three_at_defaults();
+        for other in ["a", "b"] {
+            let link = if outgoing { (addr("c"), addr(other)) } else { (addr(other), addr("c")) };
+            net.cut.insert(link);
+        }
+        let stopped = time_until_stopped(&mut net, "c", &["a", "b"], 10_000);
+        assert!(stopped.is_some_and(|t| t <= 5_200), "outgoing cut {outgoing}: c stopped after {stopped:?}");
+    }
+}
+
+/// A paused member is stopped by the clock: it may not host from the moment it wakes, the
+/// others having downed it meanwhile, and it never hosts again as this incarnation.
+#[test]
+fn a_paused_member_may_not_host_when_it_wakes() {
+    let mut net = three_at_defaults();
+    let paused_at = net.now;
+    net.silent.insert(addr("c"));
+    let until = net.nodes[&addr("c")].hosting_until().unwrap_or(0);
+    assert!(until > paused_at && until <= paused_at + 5_000, "c hosts until {until}, paused at {paused_at}");
+    let c_id = NodeId::new("c", 3);
+    assert!(time_until_down(&mut net, "a", &c_id, 40_000).is_some(), "a downs the paused c");
+    net.silent.remove(&addr("c"));
+    assert!(!may_host(&net, "c"), "c woke at {} and may host until {until}", net.now);
+    let declared = |net: &Net| net.logged("c", &GossipEvent::DeclaredDown);
+    while !declared(&net) && net.now < paused_at + 60_000 {
+        net.run(net.now + 10);
+        assert!(!may_host(&net, "c"), "c hosts again at {} before it hears it was downed", net.now);
+    }
+    assert!(declared(&net), "c heard that it was downed: {:?}", net.events);
+}
+
+/// An answer counts from when the message it answers was sent: a member whose answers arrive
+/// 6 s late (a link that holds them up) is not answered within the window, though answers keep
+/// arriving.
+#[test]
+fn an_answer_counts_from_when_its_question_was_sent() {
+    let mut net = three_at_defaults();
+    for other in ["a", "b"] {
+        net.slow.insert((addr(other), addr("c")), 6_000);
+    }
+    let stopped = time_until_stopped(&mut net, "c", &[], 12_000);
+    assert!(stopped.is_some_and(|t| t <= 5_200), "c stopped after {stopped:?}");
+    for _ in 0..40 {
+        net.run(net.now + 100);
+        assert!(!may_host(&net, "c"), "late answers let c host at {}", net.now);
+    }
+}
+
+/// Four members split in halves: keep-majority's tie rule keeps the half with the lowest member,
+/// and so does the bound: a and b host on, c and d stop within the window, and are downed.
+#[test]
+fn of_two_halves_the_one_with_the_lowest_member_hosts_on() {
+    let mut net = Net::new();
+    net.start_with("a", 1, &[], GossipConfig::default());
+    for (name, inc) in [("b", 2), ("c", 3), ("d", 4)] {
+        net.start_with(name, inc, &["a"], GossipConfig::default());
+    }
+    net.run(8_000);
+    for name in ["a", "b", "c", "d"] {
+        assert!(may_host(&net, name), "{name} hosts before the split");
+    }
+    net.cut_both("a", &["c", "d"], true);
+    net.cut_both("b", &["c", "d"], true);
+    let stopped = time_until_stopped(&mut net, "c", &["a", "b"], 10_000);
+    assert!(stopped.is_some_and(|t| t <= 5_200), "c stopped after {stopped:?}");
+    assert!(!may_host(&net, "d"), "d stopped with c");
+    for _ in 0..300 {
+        net.run(net.now + 100);
+        assert!(may_host(&net, "a") && may_host(&net, "b"), "the half with a stopped at {}", net.now);
+    }
+    let c = net.view("a").view.get(&NodeId::new("c", 3)).map(|m| m.status);
+    assert_eq!(c, Some(MemberStatus::Down), "a downed c: {:?}", net.events);
+}
+
+/// Without a resolver nothing bounds hosting (the opt-out hosts on both sides of a partition).
+#[test]
+fn without_a_resolver_hosting_is_not_bounded() {
+    let mut net = Net::new();
+    net.start("a", 1, &[]);
+    net.run(1_000);
+    assert_eq!(net.nodes[&addr("a")].hosting_until(), None);
+}
