@@ -108,6 +108,11 @@ impl Lab {
         self.dir.join("ownership.log")
     }
 
+    /// The history `shardline load` named `name` recorded.
+    fn history(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.history.jsonl"))
+    }
+
     fn log(&self, name: &str) -> PathBuf {
         self.dir.join(format!("{name}.log"))
     }
@@ -141,13 +146,13 @@ impl Lab {
     }
 
     /// Starts `shardline node` named `name` on host `i`.
-    fn node(&mut self, i: usize, name: &str) {
+    fn node(&mut self, i: usize, name: &str) -> usize {
         let addr = format!("{}:7000", self.hosts[i].addr);
         let mut args: Vec<String> = vec!["node".into(), "--name".into(), name.into(), "--bind".into(), addr];
         args.extend(self.member_flags());
         args.extend(["--store".into(), format!("sqlite://{}", self.journal().display())]);
         args.extend(["--ownership-log".into(), self.ownership().display().to_string()]);
-        self.spawn(i, name, BIN, &args);
+        self.spawn(i, name, BIN, &args)
     }
 
     /// Starts `shardline load` on host `i` for `secs`, its report to `{name}.json`.
@@ -161,6 +166,7 @@ impl Lab {
             args.extend([flag.to_string(), value]);
         }
         args.extend(["--json".into(), self.dir.join(format!("{name}.json")).display().to_string()]);
+        args.extend(["--history".into(), self.history(name).display().to_string()]);
         self.spawn(i, name, BIN, &args)
     }
 
@@ -211,14 +217,28 @@ impl Lab {
     /// Cuts host `x` from hosts `others` both ways (`cut`), or joins them again: routes that drop
     /// every packet, so the hosts' other links (the store's) stay up.
     fn isolate(&self, x: usize, others: &[usize], cut: bool) {
-        let verb = if cut { "add" } else { "del" };
         for &o in others {
-            for (from, to) in [(x, o), (o, x)] {
-                let dst = format!("{}/32", self.hosts[to].addr);
-                ip(&["netns", "exec", &self.hosts[from].ns, "ip", "route", verb, "blackhole", &dst])
-                    .expect("the blackhole route changes");
-            }
+            self.cut_one_way(x, o, cut);
+            self.cut_one_way(o, x, cut);
         }
+    }
+
+    /// Drops every packet host `from` sends to host `to` (`cut`), or lets them through again.
+    fn cut_one_way(&self, from: usize, to: usize, cut: bool) {
+        let verb = if cut { "add" } else { "del" };
+        let dst = format!("{}/32", self.hosts[to].addr);
+        ip(&["netns", "exec", &self.hosts[from].ns, "ip", "route", verb, "blackhole", &dst])
+            .expect("the blackhole route changes");
+    }
+
+    /// Sends `sig` to process `p` (`SIGSTOP`, `SIGCONT`).
+    fn signal(&self, p: usize, sig: libc::c_int) {
+        let pid = self.procs[p].id() as libc::pid_t;
+        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our own child's
+        // (`ip netns exec` execs the program in its place).
+        #[allow(unsafe_code)]
+        let r = unsafe { libc::kill(pid, sig) };
+        assert_eq!(r, 0, "kill({pid}, {sig}) failed: {}", std::io::Error::last_os_error());
     }
 
     /// Waits for process `p` to exit; its exit code.
@@ -413,6 +433,126 @@ fn not_taken_over(lab: &Lab, cut: u128) -> (Vec<ShardKey>, Vec<ShardKey>) {
     (held.into_iter().collect(), waiting)
 }
 
+/// Waits until every shard n3 hosted at `cut` has started on another node (at most 120 s).
+fn until_taken_over(lab: &Lab, cut: u128) {
+    let start = Instant::now();
+    loop {
+        let (held, waiting) = not_taken_over(lab, cut);
+        assert!(!held.is_empty(), "n3 hosted nothing at the cut");
+        if waiting.is_empty() {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "shards of n3 never taken over while it was out: {waiting:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// How n3 is taken out in [`n3_out_until_taken_over`].
+#[derive(Clone, Copy, Debug)]
+enum Out {
+    /// `SIGSTOP`, and `SIGCONT` to undo it.
+    Frozen,
+    /// Everything n3 sends to the others is dropped; it still hears them.
+    Mute,
+    /// Everything the others send to n3 is dropped; they still hear it.
+    Deaf,
+}
+
+/// Three nodes at the defaults (only `--seeds`) under load with a recorded history: n3 is taken
+/// out (`out`) until every shard it hosted has started on another node, then brought back. It
+/// must have stopped processing before the others started: the ownership log shows no shard on
+/// two nodes, the history no stale read, the ledger nothing lost; n3 learns it was downed,
+/// rejoins and hosts again.
+fn n3_out_until_taken_over(out: Out) {
+    let _turn = one_at_a_time();
+    let mut lab = match Lab::new(&[0, 0, 0, 0], "default") {
+        Ok(lab) => lab,
+        Err(e) => panic!("this test needs root and iproute2 (network namespaces): {e}"),
+    };
+    let driver = 3;
+    let seeds = format!("{}:7000,{}:7000", lab.hosts[0].addr, lab.hosts[1].addr);
+    lab.membership = vec!["--seeds".into(), seeds];
+    let names = ["n1", "n2", "n3"];
+    let mut procs = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        procs.push(lab.node(i, name));
+        if i == 0 {
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    every_node_hosts(&mut lab, driver, names.len(), "warmup", Duration::from_secs(90));
+    let load = lab.load(driver, "load", 60);
+    std::thread::sleep(Duration::from_secs(5));
+    let cut = now_ms();
+    let links = |lab: &Lab, on: bool| {
+        for o in [0, 1, driver] {
+            match out {
+                Out::Mute => lab.cut_one_way(2, o, on),
+                Out::Deaf => lab.cut_one_way(o, 2, on),
+                Out::Frozen => {}
+            }
+        }
+    };
+    match out {
+        Out::Frozen => lab.signal(procs[2], libc::SIGSTOP),
+        Out::Mute | Out::Deaf => links(&lab, true),
+    }
+    until_taken_over(&lab, cut);
+    let taken_over = now_ms() - cut;
+    match out {
+        Out::Frozen => lab.signal(procs[2], libc::SIGCONT),
+        Out::Mute | Out::Deaf => links(&lab, false),
+    }
+    assert_eq!(lab.wait(load, Duration::from_secs(150)), Some(0), "load:\n{}", lab.text("load"));
+    let report = lab.report("load");
+    assert!(audit_is_clean(&report), "{report}");
+    let n3 = lab.text("n3");
+    assert!(n3.contains("this node was declared down"), "n3 learnt it was downed:\n{n3}");
+    for n in ["n1", "n2"] {
+        assert!(!lab.text(n).contains("this node was declared down"), "{n} survived:\n{}", lab.text(n));
+    }
+    // Measured, not asserted: detection, the resolver's window and its margin.
+    println!("{out:?}: every shard of n3 served elsewhere {taken_over} ms after it went out");
+    every_node_hosts(&mut lab, driver, names.len(), "after", Duration::from_secs(60));
+    let history = lab.history("load").display().to_string();
+    let ownership = lab.ownership().display().to_string();
+    let checked = Command::new(BIN).args(["check", &history, "--ownership-log", &ownership]).output();
+    let checked = checked.expect("shardline check runs");
+    let said = format!("{}{}", String::from_utf8_lossy(&checked.stdout), String::from_utf8_lossy(&checked.stderr));
+    if checked.status.code() != Some(0) {
+        let wanted = ["declared down", "survives", "unreachable", "shard st", "rejoin", "leads", "gone", "majority"];
+        for name in names.iter().copied().chain(["load"]) {
+            let text = lab.text(name);
+            let lines: Vec<&str> = text.lines().filter(|l| wanted.iter().any(|w| l.contains(w))).collect();
+            eprintln!("--- {name}\n{}", lines.join("\n"));
+        }
+        panic!("{out:?}: the history or the ownership log is not clean:\n{said}");
+    }
+}
+
+/// n3 frozen by `SIGSTOP` past its detection and the takeover of its shards, then woken: it
+/// wakes unable to process (no majority answered it within the window) and hears it was downed.
+#[test]
+fn gossip_at_the_defaults_a_frozen_node_processes_nothing_once_its_shards_moved() {
+    n3_out_until_taken_over(Out::Frozen);
+}
+
+/// n3's packets to the others dropped (it still hears them): no answers reach it, it stops
+/// within the window, before the others take over.
+#[test]
+fn gossip_at_the_defaults_a_node_whose_packets_are_lost_stops_before_its_shards_move() {
+    n3_out_until_taken_over(Out::Mute);
+}
+
+/// The others' packets to n3 dropped (they still hear it): the same.
+#[test]
+fn gossip_at_the_defaults_a_node_that_hears_nothing_stops_before_its_shards_move() {
+    n3_out_until_taken_over(Out::Deaf);
+}
+
 /// Gossip with `KeepMajority`, five nodes split 2|3: the two down themselves.
 #[test]
 fn gossip_keep_majority_survives_a_2_3_split() {
@@ -480,19 +620,7 @@ fn lease_a_node_cut_from_its_peers_but_not_from_etcd_loses_the_race() {
     std::thread::sleep(Duration::from_secs(20));
     // The cut lasts until every shard n3 hosted has started on another node: what the cut must
     // bring about, however long it takes here (the figure is printed below).
-    let cut_for = Instant::now();
-    loop {
-        let (held, waiting) = not_taken_over(&lab, cut);
-        assert!(!held.is_empty(), "n3 hosted nothing at the cut");
-        if waiting.is_empty() {
-            break;
-        }
-        assert!(
-            cut_for.elapsed() < Duration::from_secs(120),
-            "shards of n3 never taken over while it was cut off: {waiting:?}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    until_taken_over(&lab, cut);
     let heal = now_ms();
     lab.isolate(3, &[1, 2, driver], false);
     assert_eq!(lab.wait(load, Duration::from_secs(150)), Some(0), "load:\n{}", lab.text("load"));

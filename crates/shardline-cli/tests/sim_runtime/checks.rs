@@ -10,8 +10,7 @@ use super::schedule::{Mode, Schedule, ANSWER_WITHIN};
 use super::world::Outcome;
 
 /// (a) No two instances of one account are live at once: once an instance has decided a
-/// command, no instance that decided before it decides again. (Only on the memberships and
-/// faults that promise it.)
+/// command, no instance that decided before it decides again.
 pub fn one_live_instance(decided: &[Decided]) -> Vec<String> {
     let mut out = Vec::new();
     let mut current: HashMap<&str, &Decided> = HashMap::new();
@@ -107,10 +106,8 @@ pub fn all(sched: &Schedule, o: &Outcome) -> (u64, Vec<String>) {
     let mut v = Vec::new();
     let complete: Vec<Operation> = o.history.iter().filter(|op| !o.unanswered.contains(&op.account)).cloned().collect();
     let (reads, lin) = linearizable(&complete);
-    if sched.promises_one_owner() {
-        v.extend(one_live_instance(&o.decided).into_iter().map(|s| format!("(a) {s}")));
-        v.extend(lin.into_iter().map(|s| format!("(c) {s}")));
-    }
+    v.extend(one_live_instance(&o.decided).into_iter().map(|s| format!("(a) {s}")));
+    v.extend(lin.into_iter().map(|s| format!("(c) {s}")));
     v.extend(exactly_once(&o.history, &o.journal_ops).into_iter().map(|s| format!("(b) {s}")));
     if o.unknown_duplicates > 0 {
         // The journal refused these, so nothing is in it twice; but an instance whose state was

@@ -285,8 +285,10 @@ impl World {
                                 continue;
                             }
                         };
+                        // A 2 s window (the partition tests' too): a paused member's shards are
+                        // taken over about 15 s into its pause, which a schedule has time for.
                         let g = Gossip::new([seed.clone()])
-                            .with_config(GossipConfig::with_split_brain(SplitBrainPolicy::KeepMajority, 5_000))
+                            .with_config(GossipConfig::with_split_brain(SplitBrainPolicy::KeepMajority, 2_000))
                             .term_floor(floor);
                         b.membership(if rejoining { g.rejoining() } else { g })
                     }

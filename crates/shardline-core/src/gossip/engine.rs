@@ -217,6 +217,13 @@ pub enum GossipEvent {
     /// This node was declared down by the others: it must stop its shards and come back as a
     /// new incarnation.
     DeclaredDown,
+    /// No majority answered this node within the window (paused, cut off, or sending into a
+    /// void): it downs itself, as a node whose lease ran out does. [`DeclaredDown`](Self::DeclaredDown)
+    /// follows.
+    LostMajority {
+        /// How long, in ms, no majority had answered.
+        silent_ms: u64,
+    },
     /// The resolver's set of unreachable members changed (empty: every member is reachable
     /// again). Decisions wait until it has stayed the same for `stable_after`.
     Unreachable {
@@ -467,7 +474,8 @@ impl GossipEngine {
             .filter(|(node, (_, since))| self.held_for_margin(node, *since, self.now))
             .map(|(_, (_, since))| since + self.down_margin_ms())
             .min();
-        [timer, Some(self.status_at), Some(self.announce_at), resolve, margin].into_iter().flatten().min()
+        let majority = self.majority_deadline();
+        [timer, Some(self.status_at), Some(self.announce_at), resolve, margin, majority].into_iter().flatten().min()
     }
 
     /// Data from a peer (a frame of the gossip protocol).
@@ -590,7 +598,7 @@ impl GossipEngine {
         }
         while let Some((to, data)) = self.runtime.to_send() {
             if let Some(h) = decode_header(&data) {
-                self.note_sent(now, to.node.as_ref(), &h);
+                self.note_sent(now, &h);
             }
             self.commands.push_back(GossipCommand::Send { to, data: data.to_vec() });
         }
@@ -622,6 +630,7 @@ impl GossipEngine {
             }
         }
         self.check_addresses(now);
+        self.check_majority(now);
         self.lead(now);
         let view = self.view();
         if self.published.as_ref() != Some(&view) {

@@ -100,7 +100,7 @@ fn sim_gossip_catches_a_missing_down_margin() {
         p.broken_margin = true;
         p.faults = p.faults.max(3);
     };
-    assert_caught("no down margin", 300, 3_000, tweak, "G3", "a side taken over too early");
+    assert_caught("no down margin", 300, 6_000, tweak, "G3", "a side taken over too early");
 }
 
 /// The checker can fail: engines that take a silent address for proof that its member is gone

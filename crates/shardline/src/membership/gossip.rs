@@ -19,9 +19,13 @@
 //!
 //! **Split-brain resolution is on by default** (`KeepMajority`, see [`GossipConfig`]): a
 //! partition keeps its larger side, and the other stops its shards before they are taken over.
-//! [`GossipConfig::without_split_brain`] turns it off, and then both sides of a partition host
-//! the same shards. A paused process is not fenced by gossip: it acts on what it missed when it
-//! wakes, until it hears it was downed; a lease provider (etcd, NATS, PostgreSQL) fences it.
+//! With it, the node hosts only while a majority answered it within the resolver's window
+//! ([`GossipEngine::hosting_until`], kept in the handle's [`HostingLease`], which every entry
+//! point checks as it checks a lease provider's): a paused process wakes up unable to process
+//! anything, and a node cut off (both ways or one way) stops before the others take over. As a
+//! lease's, the lapse is final: the node is fenced and comes back as a new incarnation.
+//! [`GossipConfig::without_split_brain`] turns all of that off, and then both sides of a
+//! partition host the same shards.
 
 use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
@@ -35,8 +39,10 @@ use shardline_core::NodeId;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
-use super::PeerLink;
-use super::{BoxFuture, ClusterView, Control, ControlHandle, MembershipHandle, MembershipProvider, ProviderContext};
+use super::{
+    BoxFuture, ClusterView, Control, ControlHandle, HostingLease, MembershipHandle, MembershipProvider, PeerLink,
+    ProviderContext,
+};
 use crate::clock::Clock;
 use crate::error::{ConfigError, TransportError};
 
@@ -135,9 +141,20 @@ impl MembershipProvider for Gossip {
             let (view_tx, views) = watch::channel(ClusterView::default());
             let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
             let (answers, answers_rx) = mpsc::unbounded_channel();
-            let driver = Driver { engine, clock: ctx.clock, peers: ctx.peers, view_tx, down: BTreeSet::new(), answers };
+            // Bounded only with a resolver: without one a partition hosts on both sides anyway.
+            let lease = engine.hosting_until().map(|_| HostingLease::new());
+            let driver = Driver {
+                engine,
+                clock: ctx.clock,
+                peers: ctx.peers,
+                view_tx,
+                down: BTreeSet::new(),
+                answers,
+                lease: lease.clone(),
+            };
+            driver.extend_lease();
             tokio::spawn(driver.run(ctx.gossip, ctl_rx, answers_rx));
-            Ok(MembershipHandle { views, control: Arc::new(ControlHandle(ctl_tx)), lease: None, maps: None })
+            Ok(MembershipHandle { views, control: Arc::new(ControlHandle(ctl_tx)), lease, maps: None })
         })
     }
 }
@@ -152,6 +169,8 @@ struct Driver {
     down: BTreeSet<NodeId>,
     /// Where address checks report what they found.
     answers: mpsc::UnboundedSender<(GossipId, AddressAnswer)>,
+    /// Until when this node may host, as the engine last said.
+    lease: Option<HostingLease>,
 }
 
 impl Driver {
@@ -189,6 +208,7 @@ impl Driver {
     }
 
     fn carry_out(&mut self) {
+        self.extend_lease();
         while let Some(c) = self.engine.poll_command() {
             match c {
                 GossipCommand::Send { to, data } => self.send(to, data),
@@ -197,6 +217,23 @@ impl Driver {
                 GossipCommand::Log(event) => log(&event),
             }
         }
+    }
+
+    /// Moves the lease to the engine's bound (earlier too: a member joined, answers grew old).
+    fn extend_lease(&self) {
+        let (Some(lease), Some(until)) = (&self.lease, self.engine.hosting_until()) else { return };
+        let now = self.clock.now_ms();
+        if until <= now {
+            // Ended, at its end or now (declared down), whichever came first: the ownership log
+            // dates the stops of a lapsed node from there. Never granted (a node that has not
+            // joined a formed cluster yet, or not been answered yet): nothing to end.
+            if lease.valid_until().is_some() {
+                lease.revoke();
+            }
+            return;
+        }
+        // A day past now stands for "no end" (an instant that far out would overflow).
+        lease.extend_to(self.clock.at(until.min(now.saturating_add(86_400_000))));
     }
 
     fn send(&self, to: GossipId, data: Vec<u8>) {
@@ -270,6 +307,10 @@ fn log(event: &GossipEvent) {
         GossipEvent::MemberGone { node, evidence } => warn!(%node, evidence, "member's process is gone: down at once"),
         GossipEvent::MemberLeft { node } => info!(%node, "member left the cluster"),
         GossipEvent::DeclaredDown => warn!("this node was declared down by the cluster"),
+        GossipEvent::LostMajority { silent_ms } => warn!(
+            silent_ms,
+            "no majority of the cluster answered this node within the window: it downs itself (paused or cut off)"
+        ),
         GossipEvent::Unreachable { nodes } if nodes.is_empty() => info!("every member is reachable again"),
         GossipEvent::Unreachable { nodes } => {
             let nodes: Vec<String> = nodes.iter().map(ToString::to_string).collect();

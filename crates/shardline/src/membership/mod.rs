@@ -109,14 +109,16 @@ pub struct MembershipHandle {
     pub views: watch::Receiver<ClusterView>,
     /// Control of the provider.
     pub control: Arc<dyn MembershipControl>,
-    /// Until when this node may host, for providers with leases (None: no lease, e.g. gossip).
+    /// Until when this node may host (None: no bound, gossip without a split-brain resolver).
     pub lease: Option<HostingLease>,
     /// Where coordinators keep their shard maps (providers with a store), so that a new leader
     /// resumes from the last map instead of starting over.
     pub maps: Option<lease::ShardMaps>,
 }
 
-/// Until when this node may host shards, as its lease provider last proved it.
+/// Until when this node may host shards, as its membership provider last proved it: a lease
+/// provider by its lease in the store, gossip by the answers of a majority
+/// ([`GossipEngine::hosting_until`](shardline_core::gossip::GossipEngine::hosting_until)).
 ///
 /// The provider fences the node when its lease runs out, but a paused process (a stall, a
 /// suspended VM, `SIGSTOP`) wakes up with work queued everywhere, and its provider task is only

@@ -35,6 +35,9 @@ pub(crate) struct Coordinator {
     read: Mutex<ClusterReadModel>,
     /// The assignments given so far, for a type with the `External` strategy.
     external: Option<Mutex<External>>,
+    /// The newest view that arrived while this node could not host (gossip's bound held it):
+    /// handled first once it can, or the coordinator would act on the view before it.
+    missed_view: Mutex<Option<MembershipView>>,
 }
 
 enum Slot {
@@ -98,6 +101,7 @@ impl Coordinator {
             read: Mutex::new(ClusterReadModel::default()),
             external: (settings.strategy == StrategyKind::External)
                 .then(|| Mutex::new(external(settings.rebalance_limit))),
+            missed_view: Mutex::new(None),
         });
         match (maps, written) {
             (Some(maps), Some(written)) => {
@@ -142,6 +146,9 @@ impl Coordinator {
         let now = self.node.now_ms();
         let mut slot = self.engine.lock().unwrap_or_else(|e| e.into_inner());
         let Slot::Running { engine } = &mut *slot else { return };
+        if let Some(view) = self.missed_view.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            engine.handle_membership(now, &view);
+        }
         f(engine, now);
         let term = engine.term();
         let cmds: Vec<CoordinatorCommand> = engine.drain_commands().collect();
@@ -236,6 +243,10 @@ impl Coordinator {
     pub fn on_membership(&self, view: &MembershipView) {
         if let Slot::Loading { view: v, .. } = &mut *self.engine.lock().unwrap_or_else(|e| e.into_inner()) {
             *v = view.clone();
+            return;
+        }
+        if !self.node.may_host() {
+            *self.missed_view.lock().unwrap_or_else(|e| e.into_inner()) = Some(view.clone());
             return;
         }
         self.input(|e, now| e.handle_membership(now, view));

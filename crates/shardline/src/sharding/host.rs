@@ -416,6 +416,10 @@ impl<E: Entity> InFlight<E> {
     }
 }
 
+/// How long a message waits for its node's lease to be granted before it is refused: a probe
+/// round and a bit (a node that just joined is answered within one).
+const HOLD_FOR_MAJORITY: Duration = Duration::from_secs(3);
+
 async fn process<E: Entity>(
     node: &Node,
     state: &mut E,
@@ -423,9 +427,14 @@ async fn process<E: Entity>(
     body: Body<E>,
     in_flight: &mut Option<InFlight<E>>,
 ) {
-    if !node.may_host() {
+    // Held a moment while the lease is not granted yet (gossip's waits for a majority's answers
+    // after joining); refused once it has waited, or at once when a lease ran out.
+    if !node.may_host_within(HOLD_FOR_MAJORITY).await {
         // Not processed, so the sender may safely try again where the shard lives now.
-        let err = Error::Rejected(format!("{} may not host: its lease ran out", node.id()));
+        let err = Error::Rejected(format!(
+            "{} may not host now: its lease ran out, or no majority of the cluster answered it",
+            node.id()
+        ));
         fail(node, body, err);
         return;
     }

@@ -102,6 +102,23 @@ impl Node {
             || crate::sabotage::is(crate::sabotage::Sabotage::IgnoreLease)
     }
 
+    /// Whether this node may process messages, waiting up to `limit` while its lease has not
+    /// been granted yet (gossip's, just after joining: until a majority has answered); a lease
+    /// that ran out is not waited for.
+    pub async fn may_host_within(&self, limit: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            if self.may_host() {
+                return true;
+            }
+            let granted = self.lease().is_none_or(|l| l.valid_until().is_some() || l.has_lapsed());
+            if granted || tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     /// Hands a coordinator's domain event to whoever listens (and the log).
     pub fn publish(&self, type_key: &TypeKey, e: DomainEvent) {
         info!(type_key = %type_key, event = ?e, "cluster event");

@@ -8,19 +8,29 @@
 //! itself. A member that answers a message proves that it reached this node at least as late as
 //! the message was sent; a majority of members (keep-majority's side, with its tie rule) that
 //! answered messages sent within the last window proves that this node is not cut off from its
-//! side. Without such answers it processes nothing, until they come back.
+//! side. Without such answers it processes nothing; and once the bound has been granted, its
+//! lapse is final, as a lease's: the node downs itself and comes back as a new incarnation. It
+//! cannot know what happened meanwhile: its side may have downed it, or every other member may
+//! have downed itself and a new cluster, which never knew this node, taken its shards (the
+//! runtime's simulation found that one).
 //!
-//! The bound is the resolver's window (`stable_after`, never less than a probe per member): the
-//! others take a node's shards over only after they held it unreachable for that window and then
-//! for the down margin, so a node that stops answering them — paused, cut off, or sending into
-//! a void — has stopped processing before they can start. Times are those of this node's sends
+//! Members known for less than a window count only once they answered: a cluster that grows
+//! from one member to many at once (parallel starts) would otherwise lapse its first member
+//! before it has probed the newcomers. A member that never answered is counted a window after
+//! it was first seen, which the others' takeover (the window and the margin) outlasts.
+//!
+//! The bound is the resolver's window (`stable_after`, never less than a probe per member) and
+//! one probe round more (a member may go almost two rounds between probes): the others take a
+//! node's shards over only after they held it unreachable for that window and then for the down
+//! margin, which is longer than a round, so a node that stops answering them — paused, cut off,
+//! or sending into a void — has stopped processing before they can start. Times are those of this node's sends
 //! (a probe's, kept by its number until the window ends): an answer that waited in a socket
 //! across a pause carries the time it was asked for, not the time it was read, so it extends
 //! nothing. The runtime checks the bound at every entry point, as it checks a lease.
 
 use std::collections::BTreeMap;
 
-use super::GossipEngine;
+use super::{GossipEngine, GossipEvent};
 use crate::id::NodeId;
 use crate::membership::MemberStatus;
 
@@ -30,15 +40,21 @@ pub(super) struct Answers {
     /// When each probe of this node went out (a ping, a request to ping indirectly, a ping it
     /// relays), by the member it went to and the probe's number, while the window lasts.
     sent: BTreeMap<(NodeId, u8), u64>,
+    /// When this node first announced itself to each address while the window lasts (a feed
+    /// answers it: how a node that just joined is answered before its first probe).
+    announced: BTreeMap<String, u64>,
     /// Per member, when the newest message it answered was sent.
     answered: BTreeMap<NodeId, u64>,
+    /// Whether the bound was ever granted (its lapse is final from then on).
+    granted: bool,
 }
 
 impl GossipEngine {
     /// Until when this node may host shards (engine time, exclusive): while members that make a
     /// majority (keep-majority's side, with its tie rule) answered messages it sent within the
     /// window. None: no bound, without a split-brain resolver (a partition hosts on both sides
-    /// anyway). Zero once this node was declared down or left.
+    /// anyway). Zero while this node is part of no formed cluster (it has heard of no leader),
+    /// and once it was declared down or left.
     ///
     /// ```
     /// use shardline_core::gossip::{GossipConfig, GossipEngine, GossipId};
@@ -61,15 +77,20 @@ impl GossipEngine {
         if self.config.fault_host_without_majority {
             return Some(u64::MAX);
         }
-        if self.declared_down || self.status == MemberStatus::Removed {
+        // A member of no formed cluster has no leader to be given shards by; one that joined
+        // while it could hear nobody would otherwise be a majority of one.
+        if self.declared_down || self.status == MemberStatus::Removed || !self.formed {
             return Some(0);
         }
         let bound = self.hosting_bound_ms();
+        let known_long =
+            |node: &NodeId| self.first_seen.get(node).is_some_and(|at| at.saturating_add(bound) <= self.now);
         let counted: Vec<&NodeId> = self
             .foca
             .iter_members()
             .filter(|m| m.state() != foca::State::Down)
             .filter_map(|m| m.id().node.as_ref())
+            .filter(|node| known_long(node) || self.answers.answered.contains_key(*node))
             .collect();
         let n = counted.len() + 1;
         let answered = |node: &NodeId| self.answers.answered.get(node).copied();
@@ -101,17 +122,41 @@ impl GossipEngine {
         Some(since.map_or(0, |s| s.saturating_add(bound)))
     }
 
-    /// How long an answer counts: the resolver's window (see the module docs).
-    fn hosting_bound_ms(&self) -> u64 {
-        let members = self.foca.num_members() as u64 + 1;
-        let round = members * self.config.probe_period_ms + self.config.probe_rtt_ms;
-        self.config.stable_after_ms.max(round)
+    /// Downs this node when its bound, once granted, has run out (see the module docs).
+    pub(super) fn check_majority(&mut self, now: u64) {
+        let Some(until) = self.hosting_until() else { return };
+        if until > now {
+            self.answers.granted = true;
+        } else if self.answers.granted && !self.declared_down && self.status != MemberStatus::Removed {
+            self.declared_down = true;
+            self.log(GossipEvent::LostMajority { silent_ms: now.saturating_sub(until) + self.hosting_bound_ms() });
+            self.log(GossipEvent::DeclaredDown);
+        }
     }
 
-    /// Records a probe this node sends (`data` to `to`), to credit its answer with its time.
-    pub(super) fn note_sent(&mut self, now: u64, to: Option<&NodeId>, header: &foca::Header<super::GossipId>) {
+    /// When the bound runs out, once granted (for `poll_timeout`).
+    pub(super) fn majority_deadline(&self) -> Option<u64> {
+        self.hosting_until().filter(|_| self.answers.granted && !self.declared_down)
+    }
+
+    /// How long an answer counts: the resolver's window and a probe round (see the module
+    /// docs). SWIM probes each member once a round in a random order, so two probes of one
+    /// member can be almost two rounds apart; the others' margin is longer than a round.
+    pub(super) fn hosting_bound_ms(&self) -> u64 {
+        let members = self.foca.num_members() as u64 + 1;
+        let round = members * self.config.probe_period_ms + self.config.probe_rtt_ms;
+        self.config.stable_after_ms.max(round) + round
+    }
+
+    /// Records a probe or an announce this node sends (to `header.dst`), to credit its answer
+    /// with its time.
+    pub(super) fn note_sent(&mut self, now: u64, header: &foca::Header<super::GossipId>) {
         use foca::Message;
-        let Some(to) = to else { return };
+        if matches!(header.message, Message::Announce) {
+            self.answers.announced.entry(header.dst.addr.clone()).or_insert(now);
+            return;
+        }
+        let Some(to) = header.dst.node.as_ref() else { return };
         let number = match &header.message {
             Message::Ping(n) => *n,
             Message::PingReq { probe_number, .. } | Message::IndirectPing { probe_number, .. } => *probe_number,
@@ -125,12 +170,15 @@ impl GossipEngine {
     pub(super) fn note_answer(&mut self, header: &foca::Header<super::GossipId>) {
         use foca::Message;
         let Some(from) = header.src.node.clone() else { return };
-        let number = match &header.message {
-            Message::Ack(n) => *n,
-            Message::ForwardedAck { probe_number, .. } | Message::IndirectAck { probe_number, .. } => *probe_number,
+        let asked = match &header.message {
+            Message::Ack(n) => self.answers.sent.get(&(from.clone(), *n)),
+            Message::ForwardedAck { probe_number, .. } | Message::IndirectAck { probe_number, .. } => {
+                self.answers.sent.get(&(from.clone(), *probe_number))
+            }
+            Message::Feed => self.answers.announced.get(&header.src.addr),
             _ => return,
         };
-        if let Some(at) = self.answers.sent.get(&(from.clone(), number)).copied() {
+        if let Some(at) = asked.copied() {
             let newest = self.answers.answered.entry(from).or_insert(at);
             *newest = (*newest).max(at);
         }
@@ -141,6 +189,7 @@ impl GossipEngine {
     pub(super) fn forget_old_sends(&mut self, now: u64) {
         let bound = self.hosting_bound_ms();
         self.answers.sent.retain(|_, at| now.saturating_sub(*at) < bound);
+        self.answers.announced.retain(|_, at| now.saturating_sub(*at) < bound);
         let known: Vec<NodeId> = self.foca.iter_members().filter_map(|m| m.id().node.clone()).collect();
         self.answers.answered.retain(|node, _| known.contains(node));
     }
