@@ -303,8 +303,10 @@ pub struct DemoArgs {
     pub base_port: Option<u16>,
     /// Membership: seeds, etcd://HOST:PORT, nats://HOST:PORT, postgres://USER@HOST:PORT/DATABASE
     /// (leases in the database, in the cluster's schema) or sqlite://PATH (the nodes of one host).
-    #[arg(long, default_value = "seeds")]
-    pub membership: MembershipSpec,
+    /// Default: leases in the SQLite file of the journal, which every node shares (with a
+    /// PostgreSQL journal: seeds).
+    #[arg(long)]
+    pub membership: Option<MembershipSpec>,
     /// `standard`: scale-out, graceful leave, kill -9. `rolling-restart`: every node restarted
     /// one by one with a new application version.
     #[arg(long, default_value = "standard", value_parser = ["standard", "rolling-restart"])]

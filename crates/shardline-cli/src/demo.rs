@@ -18,6 +18,7 @@ use crate::load::{
 };
 use crate::procs::{free_port, work_dir, NodeProc, RunCerts};
 use shardline_cli::history::{self, ownership, HistoryWriter};
+use shardline_cli::membership::MembershipSpec;
 use shardline_cli::store::StoreSpec;
 use shardline_cli::{register_accounts, Accounts};
 
@@ -256,12 +257,18 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
     // others instead of starting a second one.
     let seed_list: Vec<String> = addrs[..args.nodes as usize].to_vec();
     let seed = seed_list.join(",");
-    let membership = args.membership.to_string();
     // Every node appends to one journal; a fresh one per run, so the audit sees this run only.
     let store = args.store.clone().unwrap_or_else(|| StoreSpec::Sqlite {
         path: dir.join("journal.db").display().to_string(),
         synchronous: Default::default(),
     });
+    // The witness the nodes already share: leases in the journal's SQLite file (a PostgreSQL
+    // journal's schema changes every run, while its leases would live in the cluster's).
+    let membership_spec = args.membership.clone().unwrap_or_else(|| match &store {
+        StoreSpec::Sqlite { path, .. } => MembershipSpec::Sqlite(path.clone()),
+        _ => MembershipSpec::Seeds,
+    });
+    let membership = membership_spec.to_string();
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let schema = format!("shardline_demo_{}_{stamp}", std::process::id());
     let store_desc = match &store {
@@ -311,7 +318,7 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
     }
     let mut driver =
         Cluster::builder().cluster_name("shardline-demo").node_name("driver").proxy().membership_boxed(
-            shardline_cli::membership::provider(&args.membership, "shardline-demo", &seed_list).await?,
+            shardline_cli::membership::provider(&membership_spec, "shardline-demo", &seed_list).await?,
         );
     if let Some(c) = &certs {
         driver = driver.tls(c.config("driver")?);

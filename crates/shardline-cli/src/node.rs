@@ -34,10 +34,12 @@ pub async fn register_all(
 async fn start(args: &NodeArgs, journal: &Arc<dyn Journal>, rejoining: bool) -> Result<Cluster, String> {
     // Ranges orders hosts by their numbered membership slots.
     let (leases, gossip) = args.members.settings()?;
-    let leases = LeaseConfig { numbered_slots: args.strategy.0 == StrategyKind::Ranges, ..leases };
     // Gossip terms live only as long as the cluster: a cluster restarted from scratch must start
-    // above the fences its earlier incarnation left in the journal.
+    // above the fences its earlier incarnation left in the journal. Lease terms come from a
+    // counter in the store, which knows nothing of a journal written before it (a replaced
+    // store, a cluster that ran on gossip).
     let floor = journal.highest_term().await.map_err(|e| format!("cannot read the journal: {e}"))?;
+    let leases = LeaseConfig { numbered_slots: args.strategy.0 == StrategyKind::Ranges, term_floor: floor, ..leases };
     // A first seed that was downed must not start a cluster of its own while the one that downed
     // it is out of reach (see `GossipConfig::rejoin`).
     let gossip = GossipConfig { term_floor: floor, rejoin: rejoining, ..gossip };

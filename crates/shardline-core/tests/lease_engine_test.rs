@@ -113,6 +113,32 @@ fn an_eligible_member_takes_the_next_term_then_the_leader_key() {
     assert_eq!(e.view(9).leader, Some((me, 5)));
 }
 
+/// Terms go above the journal's fences whatever the counter says: a counter at 4 (or none,
+/// a fresh store) with the journal fenced at 9,000 (a store replaced, a cluster that ran on
+/// gossip) takes 9,001; a fence found above that later raises the next term again.
+#[test]
+fn terms_are_taken_above_the_term_floor_and_a_fence_found_above_it() {
+    let config = LeaseConfig { ttl_ms: TTL, safety_margin_ms: MARGIN, term_floor: 9_000, ..LeaseConfig::default() };
+    for counter in [None, Some(entry("c/term", StoreValue::Term(4), 33))] {
+        let mut e = LeaseEngine::new(config.clone(), LeaseKeys::new("c", "a"), record("a", 1), 0).unwrap();
+        let (id, _) = joined(&mut e, 5);
+        e.handle_answer(6, id, StoreAnswer::Entry(None));
+        let (id, _) = drain(&mut e).1.unwrap();
+        let revision = counter.as_ref().map_or(0, |c| c.revision);
+        e.handle_answer(7, id, StoreAnswer::Entry(counter));
+        let (_, op) = drain(&mut e).1.unwrap();
+        assert_eq!(op, StoreOp::CompareAndPut { key: "c/term".into(), value: StoreValue::Term(9_001), revision });
+    }
+    let mut e = LeaseEngine::new(config, LeaseKeys::new("c", "a"), record("a", 1), 0).unwrap();
+    e.handle_fenced_above(1, 12_345);
+    let (id, _) = joined(&mut e, 5);
+    e.handle_answer(6, id, StoreAnswer::Entry(None));
+    let (id, _) = drain(&mut e).1.unwrap();
+    e.handle_answer(7, id, StoreAnswer::Entry(Some(entry("c/term", StoreValue::Term(9_001), 40))));
+    let (_, op) = drain(&mut e).1.unwrap();
+    assert_eq!(op, StoreOp::CompareAndPut { key: "c/term".into(), value: StoreValue::Term(12_346), revision: 40 });
+}
+
 #[test]
 fn an_unreadable_term_counter_gives_no_leadership() {
     let mut e = engine(0);

@@ -28,6 +28,10 @@ pub struct LeaseConfig {
     /// keys alone, and a member cut from its peers but not from the store keeps its shards
     /// unreachable for as long as the cut lasts).
     pub split_brain: Option<PeerChecks>,
+    /// Terms are taken above this, whatever the counter says: the journal's highest fence term.
+    /// A counter in a store that was replaced, or a cluster that ran on gossip before (whose
+    /// terms are large), would otherwise hand out terms the journal refuses for good.
+    pub term_floor: u64,
     /// Breaks the protocol: the hosting lease is counted from the store's answer instead of the
     /// request, so a late answer lets the node host past its key's expiry. Exists so the
     /// simulation can prove it catches such a bug.
@@ -44,6 +48,7 @@ impl Default for LeaseConfig {
             unknown_grace_ms: 0,
             numbered_slots: false,
             split_brain: None,
+            term_floor: 0,
             #[cfg(feature = "fault-injection")]
             fault_lease_from_answer: false,
         }
@@ -317,6 +322,14 @@ impl LeaseEngine {
         self.me.status = MemberStatus::Leaving;
         self.renew_at = now;
         self.drive(now);
+    }
+
+    /// The journal refused a claim of this node's: a shard's fence is stored at `term`, above
+    /// the terms this cluster took (the counter's store was replaced, or another cluster wrote
+    /// the journal). The next term taken goes above it; a leader in a lower term keeps leading
+    /// until its key changes hands.
+    pub fn handle_fenced_above(&mut self, _now: u64, term: u64) {
+        self.config.term_floor = self.config.term_floor.max(term);
     }
 
     /// This node has stopped every shard and exits: its keys are deleted (member, leader, slot)

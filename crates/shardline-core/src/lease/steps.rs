@@ -397,11 +397,14 @@ impl LeaseEngine {
         }
     }
 
-    /// The next term from the stored counter (absent: 1) and the revision to count it at (0:
-    /// create). An unreadable counter is no term at all (never 0: terms would repeat), so no
-    /// leadership until an operator repairs it.
+    /// The next term from the stored counter (absent: 1), never at or below the term floor, and
+    /// the revision to count it at (0: create). An unreadable counter is no term at all (never 0:
+    /// terms would repeat), so no leadership until an operator repairs it.
     fn next_term(&mut self, current: Option<StoredEntry>) -> Option<(u64, Revision)> {
-        let Some(StoredEntry { key, value, revision }) = current else { return Some((1, 0)) };
+        let floor = self.config.term_floor;
+        let Some(StoredEntry { key, value, revision }) = current else {
+            return floor.checked_add(1).map(|t| (t, 0));
+        };
         let last = match value {
             Ok(StoreValue::Term(t)) => t,
             Ok(other) => {
@@ -413,7 +416,7 @@ impl LeaseEngine {
                 return None;
             }
         };
-        match last.checked_add(1) {
+        match last.max(floor).checked_add(1) {
             Some(next) => Some((next, revision)),
             None => {
                 self.log(LeaseEvent::BadValue { key, reason: "the term counter is at its maximum".into() });

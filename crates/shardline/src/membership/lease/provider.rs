@@ -53,6 +53,11 @@ pub struct LeaseConfig {
     /// the same for 5 s). `None`: members are judged by their keys alone, and one cut from its
     /// peers but not from the store keeps its shards, unreachable, for as long as the cut lasts.
     pub split_brain: Option<PeerChecks>,
+    /// Terms are taken above this (default 0): set it to the journal's highest fence term
+    /// ([`Journal::highest_term`](crate::journal::Journal::highest_term)), so that a cluster
+    /// whose store was replaced, or that ran on gossip before, is not refused by its own fences.
+    /// A fence found above it later raises it for the next term taken.
+    pub term_floor: u64,
 }
 
 impl Default for LeaseConfig {
@@ -64,6 +69,7 @@ impl Default for LeaseConfig {
             unknown_grace: Duration::ZERO,
             numbered_slots: false,
             split_brain: Some(PeerChecks::default()),
+            term_floor: 0,
         }
     }
 }
@@ -193,6 +199,7 @@ impl MembershipProvider for Leases {
             config.unknown_grace_ms = ms(self.config.unknown_grace);
             config.numbered_slots = self.config.numbered_slots;
             config.split_brain = self.config.split_brain.clone();
+            config.term_floor = self.config.term_floor;
             config.validate().map_err(|e| ConfigError::Invalid { name: "ttl", reason: e.to_string() })?;
             let me = MemberRecord {
                 roles: ctx.roles.clone(),
@@ -371,8 +378,12 @@ impl Driver {
                         // TTL), so that the others need not wait for them to expire.
                         while self.step().await {}
                     }
-                    // Lease terms come from the store, which orders them for every cluster on it.
-                    Some(Control::FencedAbove(_)) => {}
+                    // The store orders terms for every cluster on it, but not for a journal
+                    // written before it (a replaced store, a cluster that ran on gossip).
+                    Some(Control::FencedAbove(term)) => {
+                        let now = self.now();
+                        self.engine.handle_fenced_above(now, term);
+                    }
                     Some(Control::Halt) | None => {
                         // Downed by the split-brain resolver: hosting is revoked already, and the
                         // keys go before the node stops (bounded by the TTL), so that the
