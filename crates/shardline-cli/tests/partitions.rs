@@ -484,7 +484,7 @@ fn n3_out_until_taken_over(out: Out) {
         }
     }
     every_node_hosts(&mut lab, driver, names.len(), "warmup", Duration::from_secs(90));
-    let load = lab.load(driver, "load", 60);
+    let load = lab.load(driver, "load", 45);
     std::thread::sleep(Duration::from_secs(5));
     let cut = now_ms();
     let links = |lab: &Lab, on: bool| {
