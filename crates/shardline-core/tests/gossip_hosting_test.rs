@@ -12,6 +12,16 @@ fn addr(name: &str) -> String {
     format!("{name}:7000")
 }
 
+/// Four members at the defaults, started (not yet run).
+fn four_at_defaults() -> Net {
+    let mut net = Net::new();
+    net.start_with("a", 1, &[], GossipConfig::default());
+    for (name, inc) in [("b", 2), ("c", 3), ("d", 4)] {
+        net.start_with(name, inc, &["a"], GossipConfig::default());
+    }
+    net
+}
+
 fn may_host(net: &Net, name: &str) -> bool {
     net.nodes[&addr(name)].hosting_until().is_some_and(|until| net.now < until)
 }
@@ -119,11 +129,7 @@ fn a_paused_member_may_not_host_when_it_wakes() {
 /// of its question, so that answers read after a pause extend nothing.)
 #[test]
 fn a_member_whose_answers_arrive_late_stops() {
-    let mut net = Net::new();
-    net.start_with("a", 1, &[], GossipConfig::default());
-    for (name, inc) in [("b", 2), ("c", 3), ("d", 4)] {
-        net.start_with(name, inc, &["a"], GossipConfig::default());
-    }
+    let mut net = four_at_defaults();
     net.run(10_000);
     assert!(may_host(&net, "c"));
     for other in ["a", "b"] {
@@ -137,11 +143,7 @@ fn a_member_whose_answers_arrive_late_stops() {
 /// and so does the bound: a and b host on, c and d stop within the window, and are downed.
 #[test]
 fn of_two_halves_the_one_with_the_lowest_member_hosts_on() {
-    let mut net = Net::new();
-    net.start_with("a", 1, &[], GossipConfig::default());
-    for (name, inc) in [("b", 2), ("c", 3), ("d", 4)] {
-        net.start_with(name, inc, &["a"], GossipConfig::default());
-    }
+    let mut net = four_at_defaults();
     net.run(8_000);
     for name in ["a", "b", "c", "d"] {
         assert!(may_host(&net, name), "{name} hosts before the split");

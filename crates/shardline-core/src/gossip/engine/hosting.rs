@@ -14,21 +14,22 @@
 //! have downed itself and a new cluster, which never knew this node, taken its shards (the
 //! runtime's simulation found that one).
 //!
-//! Members known for less than a window count only once they answered: a cluster that grows
+//! Members known for less than the bound count only once they answered: a cluster that grows
 //! from one member to many at once (parallel starts) would otherwise lapse its first member
-//! before it has probed the newcomers. A member that never answered is counted a window after
+//! before it has probed the newcomers. A member that never answered is counted the bound after
 //! it was first seen, which the others' takeover (the window and the margin) outlasts.
 //!
 //! The bound is the resolver's window (`stable_after`, never less than a probe per member) and
 //! one probe round more (a member may go almost two rounds between probes): the others take a
 //! node's shards over only after they held it unreachable for that window and then for the down
 //! margin, which is longer than a round, so a node that stops answering them — paused, cut off,
-//! or sending into a void — has stopped processing before they can start. Times are those of this node's sends
-//! (a probe's, kept by its number until the window ends): an answer that waited in a socket
-//! across a pause carries the time it was asked for, not the time it was read, so it extends
-//! nothing. The runtime checks the bound at every entry point, as it checks a lease.
+//! or sending into a void — has stopped processing before they can start. Times are those of
+//! this node's sends (a probe's, kept by its number while the bound lasts): an answer that
+//! waited in a socket across a pause carries the time it was asked for, not the time it was
+//! read, so it extends nothing. The runtime checks the bound at every entry point, as it checks
+//! a lease.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{GossipEngine, GossipEvent};
 use crate::id::NodeId;
@@ -38,21 +39,22 @@ use crate::membership::MemberStatus;
 #[derive(Debug, Default)]
 pub(super) struct Answers {
     /// When each probe of this node went out (a ping, a request to ping indirectly, a ping it
-    /// relays), by the member it went to and the probe's number, while the window lasts.
+    /// relays), by the member it went to and the probe's number, while the bound lasts.
     sent: BTreeMap<(NodeId, u8), u64>,
-    /// When this node first announced itself to each address while the window lasts (a feed
+    /// When this node first announced itself to each address while the bound lasts (a feed
     /// answers it: how a node that just joined is answered before its first probe).
     announced: BTreeMap<String, u64>,
     /// Per member, when the newest message it answered was sent.
     answered: BTreeMap<NodeId, u64>,
-    /// Whether the bound was ever granted (its lapse is final from then on).
-    granted: bool,
+    /// The bound as last granted (its lapse is final from then on, whatever this node hears
+    /// after it: a runtime checking the clock refused to host from then on).
+    granted: Option<u64>,
 }
 
 impl GossipEngine {
     /// Until when this node may host shards (engine time, exclusive): while members that make a
     /// majority (keep-majority's side, with its tie rule) answered messages it sent within the
-    /// window. None: no bound, without a split-brain resolver (a partition hosts on both sides
+    /// bound (see the module docs). None: no bound, without a split-brain resolver (a partition hosts on both sides
     /// anyway). Zero while this node is part of no formed cluster (it has heard of no leader),
     /// and once it was declared down or left.
     ///
@@ -68,7 +70,7 @@ impl GossipEngine {
     ///     weight: 1,
     /// };
     /// let e = GossipEngine::new(GossipConfig::default(), me, &[], 0, 1).unwrap();
-    /// // Alone, it is its own majority: it may host for a window from now.
+    /// // Alone, it is its own majority: it may host for the bound from now.
     /// assert!(e.hosting_until().unwrap() > 0);
     /// ```
     pub fn hosting_until(&self) -> Option<u64> {
@@ -85,11 +87,15 @@ impl GossipEngine {
         let bound = self.hosting_bound_ms();
         let known_long =
             |node: &NodeId| self.first_seen.get(node).is_some_and(|at| at.saturating_add(bound) <= self.now);
-        let counted: Vec<&NodeId> = self
+        let members: Vec<&NodeId> = self
             .foca
             .iter_members()
             .filter(|m| m.state() != foca::State::Down)
             .filter_map(|m| m.id().node.as_ref())
+            .collect();
+        let counted: Vec<&NodeId> = members
+            .iter()
+            .copied()
             .filter(|node| known_long(node) || self.answers.answered.contains_key(*node))
             .collect();
         let n = counted.len() + 1;
@@ -105,8 +111,10 @@ impl GossipEngine {
         };
         // More than half of the members.
         let mut since = newest(n / 2, &mut counted.iter().copied());
-        // Exactly half, holding the lowest member (keep-majority's tie rule).
-        if n % 2 == 0 {
+        // Exactly half, holding the lowest member (keep-majority's tie rule); not while members
+        // are left out as recent (the gossip world found a node that woke from a pause and,
+        // counting one silent member of three, held the lowest of the two).
+        if n % 2 == 0 && counted.len() == members.len() {
             let lowest = counted.iter().copied().min().filter(|l| **l < self.node);
             let tie = match lowest {
                 None => newest(n / 2 - 1, &mut counted.iter().copied()),
@@ -123,20 +131,31 @@ impl GossipEngine {
     }
 
     /// Downs this node when its bound, once granted, has run out (see the module docs).
+    /// The bound that ran out may have been granted before this input, or computed from it:
+    /// whichever ran out first (a node that wakes from a pause may find answers enough in what
+    /// it reads, but it was not allowed to host while it slept, and cannot know what moved).
     pub(super) fn check_majority(&mut self, now: u64) {
+        if self.declared_down || self.status == MemberStatus::Removed {
+            return;
+        }
         let Some(until) = self.hosting_until() else { return };
-        if until > now {
-            self.answers.granted = true;
-        } else if self.answers.granted && !self.declared_down && self.status != MemberStatus::Removed {
+        let lapsed = match self.answers.granted {
+            Some(granted) => now >= granted || now >= until,
+            None => false,
+        };
+        if lapsed {
+            let since = self.answers.granted.unwrap_or(until).min(until);
             self.declared_down = true;
-            self.log(GossipEvent::LostMajority { silent_ms: now.saturating_sub(until) + self.hosting_bound_ms() });
+            self.log(GossipEvent::LostMajority { silent_ms: now.saturating_sub(since) + self.hosting_bound_ms() });
             self.log(GossipEvent::DeclaredDown);
+        } else if until > now {
+            self.answers.granted = Some(until);
         }
     }
 
     /// When the bound runs out, once granted (for `poll_timeout`).
     pub(super) fn majority_deadline(&self) -> Option<u64> {
-        self.hosting_until().filter(|_| self.answers.granted && !self.declared_down)
+        self.answers.granted.filter(|_| !self.declared_down)
     }
 
     /// How long an answer counts: the resolver's window and a probe round (see the module
@@ -184,13 +203,13 @@ impl GossipEngine {
         }
     }
 
-    /// Forgets sends older than the window (their answers could extend nothing, and probe
+    /// Forgets sends older than the bound (their answers could extend nothing, and probe
     /// numbers come round again) and members no longer known.
     pub(super) fn forget_old_sends(&mut self, now: u64) {
         let bound = self.hosting_bound_ms();
         self.answers.sent.retain(|_, at| now.saturating_sub(*at) < bound);
         self.answers.announced.retain(|_, at| now.saturating_sub(*at) < bound);
-        let known: Vec<NodeId> = self.foca.iter_members().filter_map(|m| m.id().node.clone()).collect();
+        let known: BTreeSet<NodeId> = self.foca.iter_members().filter_map(|m| m.id().node.clone()).collect();
         self.answers.answered.retain(|node, _| known.contains(node));
     }
 }
