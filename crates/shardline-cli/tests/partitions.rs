@@ -374,14 +374,20 @@ fn split_for(
     every_node_hosts(&mut lab, driver, names.len(), "after", rehosted_within);
     let ownership = lab.ownership();
     if let Err(overlap) = std::panic::catch_unwind(|| check_ownership(&ownership, &[])) {
-        // An overlap is read from when each side decided and stopped: print that much of every log.
-        let wanted = ["declared down", "survives", "unreachable", "shard st", "fenced", "rejoin", "leads", "gone"];
-        for name in names.iter().map(String::as_str).chain(["load"]) {
-            let text = lab.text(name);
-            let lines: Vec<&str> = text.lines().filter(|l| wanted.iter().any(|w| l.contains(w))).collect();
-            eprintln!("--- {name}\n{}", lines.join("\n"));
-        }
+        print_decisions(&lab, names.iter().map(String::as_str));
         std::panic::resume_unwind(overlap);
+    }
+}
+
+/// Prints the lines of every node's log (and the load driver's) that tell when each decided and
+/// stopped: an overlap is read from those.
+fn print_decisions<'a>(lab: &Lab, names: impl Iterator<Item = &'a str>) {
+    let wanted =
+        ["declared down", "survives", "unreachable", "shard st", "fenced", "rejoin", "leads", "gone", "majority"];
+    for name in names.chain(["load"]) {
+        let text = lab.text(name);
+        let lines: Vec<&str> = text.lines().filter(|l| wanted.iter().any(|w| l.contains(w))).collect();
+        eprintln!("--- {name}\n{}", lines.join("\n"));
     }
 }
 
@@ -523,12 +529,7 @@ fn n3_out_until_taken_over(out: Out) {
     let checked = checked.expect("shardline check runs");
     let said = format!("{}{}", String::from_utf8_lossy(&checked.stdout), String::from_utf8_lossy(&checked.stderr));
     if checked.status.code() != Some(0) {
-        let wanted = ["declared down", "survives", "unreachable", "shard st", "rejoin", "leads", "gone", "majority"];
-        for name in names.iter().copied().chain(["load"]) {
-            let text = lab.text(name);
-            let lines: Vec<&str> = text.lines().filter(|l| wanted.iter().any(|w| l.contains(w))).collect();
-            eprintln!("--- {name}\n{}", lines.join("\n"));
-        }
+        print_decisions(&lab, names.iter().copied());
         panic!("{out:?}: the history or the ownership log is not clean:\n{said}");
     }
 }
