@@ -120,6 +120,7 @@ async fn metrics_render_what_the_runtime_counts() {
         from: shardline::NodeId::new("probe", 1),
         listen: "127.0.0.1:9".parse().unwrap(),
         to: None,
+        newest: shardline::transport::PROTOCOL_VERSION,
     }
     .encode_into(&mut hello)
     .unwrap();

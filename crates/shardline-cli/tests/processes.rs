@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 use shardline::{Cluster, Gossip, StrategyKind};
 use shardline_cli::{register_accounts, AccountCmd, Accounts};
 
+mod deposits;
+use deposits::{deposit_until_stopped, Acked};
+
 const SHARDS: u32 = 64;
 
 fn free_port() -> u16 {
@@ -165,51 +168,6 @@ fn flags_read_from_the_environment() {
     // Every required flag came from the environment: it got as far as binding.
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot bind"));
-}
-
-/// One acknowledged deposit: its account and op, when its answer came (since the load began),
-/// and whether an earlier attempt of it ended with its outcome unknown (a timeout, the node
-/// gone), so that the resend that was answered may find it applied already.
-struct Acked {
-    account: u64,
-    op: u64,
-    answered: Duration,
-    resent_after_unknown: bool,
-}
-
-/// Deposits of one caller into accounts `acct-0..accounts`, each resent with its request id
-/// until it is answered.
-async fn deposit_until_stopped(
-    h: Accounts,
-    caller: u64,
-    accounts: u64,
-    began: Instant,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> Vec<Acked> {
-    let mut acked = Vec::new();
-    let mut op = caller * 1_000_000;
-    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        op += 1;
-        let a = op % accounts;
-        let rid = shardline::RequestId::new(format!("test-{op}"));
-        let start = Instant::now();
-        let mut unknown = false;
-        loop {
-            match h.ask_with_request_id(format!("acct-{a}"), AccountCmd::Deposit { op, amount: 1 }, rid.clone()).await {
-                Ok(r) => {
-                    assert!(r.applied);
-                    acked.push(Acked { account: a, op, answered: began.elapsed(), resent_after_unknown: unknown });
-                    break;
-                }
-                Err(e) => {
-                    assert!(start.elapsed() < Duration::from_secs(60), "op {op} never answered: {e}");
-                    unknown |= e.processed() != shardline::Processed::No;
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
-        }
-    }
-    acked
 }
 
 /// kill -9 of a node under load: its shards come back on the survivor, recovered from the

@@ -103,13 +103,13 @@ pub enum TransportError {
     /// A frame could not be encoded; it was not sent.
     #[error("unencodable frame: {0}")]
     Encode(String),
-    /// The peer speaks another protocol version.
-    #[error("protocol version mismatch: ours {ours}, theirs {theirs}")]
+    /// The peer speaks no protocol version this node speaks.
+    #[error("no protocol version in common: ours {}..={}, theirs {}..={}", ours.0, ours.1, theirs.0, theirs.1)]
     ProtocolMismatch {
-        /// Ours.
-        ours: u32,
-        /// Theirs.
-        theirs: u32,
+        /// The oldest and newest versions this node speaks.
+        ours: (u32, u32),
+        /// The oldest and newest the peer speaks.
+        theirs: (u32, u32),
     },
     /// The peer belongs to another cluster.
     #[error("cluster name mismatch: ours {ours:?}, theirs {theirs:?}")]

@@ -20,8 +20,8 @@ use shardline_core::{
 
 use crate::cluster::admin::{AdminAnswer, AdminQuery};
 use crate::membership::lease::keepalive::{self, KeepAlive};
-use crate::membership::lease::provider::{decode_entry, encode_value};
 use crate::membership::lease::shard_maps::{decode_map, encode_map};
+use crate::membership::lease::values::{decode_entry, encode_value};
 use crate::membership::lease::Entry;
 use crate::membership::PeerLink;
 use crate::sharding::envelope::{ReplyAddr, WireEnvelope};
@@ -249,18 +249,20 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     let b = NodeId::new("b", 1_700_000_000_002);
     let t = TypeKey::new("account");
     let hello = Wire::<PeerMessage>::Hello {
-        protocol: crate::transport::PROTOCOL_VERSION,
+        protocol: crate::transport::OLDEST_PROTOCOL,
         cluster: "fuzz".into(),
         from: a.clone(),
         listen: "127.0.0.1:7100".parse().expect("a literal address"),
         to: Some(NodeId::new("me", 7)),
+        newest: crate::transport::PROTOCOL_VERSION,
     };
     let by_address = Wire::<PeerMessage>::Hello {
-        protocol: crate::transport::PROTOCOL_VERSION,
+        protocol: crate::transport::OLDEST_PROTOCOL,
         cluster: "fuzz".into(),
         from: a.clone(),
         listen: "127.0.0.1:7100".parse().expect("a literal address"),
         to: None,
+        newest: crate::transport::PROTOCOL_VERSION,
     };
     let mut gossip_data = Vec::new();
     if let Some(mut g) = gossip_engine() {
@@ -337,7 +339,11 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     out.push(("frames", "session".into(), stream));
     out.push(("handshake", "hello".into(), framed(&hello)));
     out.push(("handshake", "hello-by-address".into(), framed(&by_address)));
-    out.push(("handshake", "hello-ok".into(), framed(&Wire::HelloOk { node: NodeId::new("me", 7) })));
+    out.push((
+        "handshake",
+        "hello-ok".into(),
+        framed(&Wire::HelloOk { node: NodeId::new("me", 7), protocol: Some(crate::transport::PROTOCOL_VERSION) }),
+    ));
     out.push(("handshake", "refuse".into(), framed(&Wire::Refuse { reason: "cluster name mismatch".into() })));
     let member = StoreValue::Member(MemberRecord {
         node: a.clone(),

@@ -42,6 +42,7 @@ mod cluster;
 pub mod drills;
 pub mod entity;
 mod error;
+pub mod format;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzz;

@@ -23,6 +23,7 @@ async fn hello(addr: std::net::SocketAddr, protocol: u32, cluster: &str) -> Fram
         from: NodeId::new("probe", 1),
         listen: "127.0.0.1:9".parse().unwrap(),
         to: None,
+        newest: protocol,
     }
     .encode_into(&mut buf)
     .unwrap();
@@ -47,6 +48,9 @@ async fn handshake_mismatches_are_refused_with_a_reason() {
         other => panic!("expected Refuse, got {other:?}"),
     }
     assert!(matches!(hello(addr, PROTOCOL_VERSION, "test").await, Frame::HelloOk { .. }));
+    // A node of the oldest version still spoken is answered in it.
+    let oldest = shardline::transport::OLDEST_PROTOCOL;
+    assert!(matches!(hello(addr, oldest, "test").await, Frame::HelloOk { protocol: Some(v), .. } if v == oldest));
     // Still serving.
     assert_eq!(h.entity_ref("x").ask(Cmd::Append(5)).await.unwrap(), vec![5]);
 }
@@ -70,6 +74,7 @@ async fn oversized_and_garbage_frames_close_only_that_connection() {
         from: NodeId::new("probe", 2),
         listen: "127.0.0.1:9".parse().unwrap(),
         to: None,
+        newest: PROTOCOL_VERSION,
     }
     .encode_into(&mut buf)
     .unwrap();
@@ -140,7 +145,7 @@ async fn forgetting_a_peer_reports_its_link_down() {
         let mut hello = vec![0; u32::from_be_bytes(len) as usize];
         s.read_exact(&mut hello).await.unwrap();
         let mut buf = Vec::new();
-        Frame::HelloOk { node: g }.encode_into(&mut buf).unwrap();
+        Frame::HelloOk { node: g, protocol: Some(PROTOCOL_VERSION) }.encode_into(&mut buf).unwrap();
         s.write_all(&buf).await.unwrap();
         let mut sink = [0u8; 4096];
         while let Ok(n) = s.read(&mut sink).await {

@@ -150,6 +150,11 @@ impl ClusterBuilder {
         }
         .map_err(bind_failed)?;
         let name = self.node_name.clone().unwrap_or_else(|| addr.to_string());
+        // Stored records tell a header from a record of before headers by a leading zero byte,
+        // which an empty name's length would also be (see `format`).
+        if name.is_empty() {
+            return Err(ConfigError::Invalid { name: "node_name", reason: "must not be empty".into() });
+        }
         let tconf = self.transport.unwrap_or_else(|| TransportConfig::new(self.cluster_name.clone()));
         let tconf = TransportConfig { cluster: self.cluster_name.clone(), ..tconf };
         match &tconf.tls {

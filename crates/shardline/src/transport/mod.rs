@@ -11,8 +11,10 @@
 //!   cluster's CA on both ends, and each end checks that the other's certificate is for the node
 //!   name it claims (see [`tls`]). A connection that fails this is refused with one log line on
 //!   the refusing node. Without one, connections are plain TCP: for development only.
-//! - **Handshake**: the dialer sends `Hello` (protocol version, cluster name, its id, the id it
-//!   expects); a mismatch is refused with a reason on both sides.
+//! - **Handshake**: the dialer sends `Hello` (the protocol versions it speaks, cluster name, its
+//!   id, the id it expects); a mismatch is refused with a reason on both sides. The connection
+//!   speaks the newest version both ends do, so nodes of two versions share a cluster while it is
+//!   updated one node at a time (see [`PROTOCOL_VERSION`]).
 //! - **Limits**: frames over `max_frame` bytes, undecodable frames and unknown kinds close that
 //!   connection with a logged [`TransportError`]; the node keeps running. A frame this node
 //!   cannot send (over `max_frame`, or unencodable) is refused before it is written and handed to
@@ -52,7 +54,7 @@ use tracing::{debug, warn};
 pub use network::{Connection, Listener, Network};
 pub use peer::SendError;
 pub use tls::{TlsConfig, TlsError};
-pub use wire::{Payload, Wire, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
+pub use wire::{Payload, Wire, DEFAULT_MAX_FRAME, OLDEST_PROTOCOL, PROTOCOL_VERSION};
 
 use crate::error::TransportError;
 
@@ -370,18 +372,22 @@ pub(crate) async fn dial<M: Payload>(
         Some(network) => Link::Other(network.connect(addr).await?),
     };
     let hello = Wire::<M>::Hello {
-        protocol: PROTOCOL_VERSION,
+        protocol: OLDEST_PROTOCOL,
         cluster: shared.config.cluster.clone(),
         from: shared.me.clone(),
         listen: shared.listen,
         to: expect.cloned(),
+        newest: PROTOCOL_VERSION,
     };
     let mut buf = Vec::new();
     hello.encode_into(&mut buf)?;
     stream.write_all(&buf).await?;
     let answer = read_frame::<M, _>(&mut stream, shared.config.max_frame).await?;
     match handshake::accept_answer(answer, expect, |name| stream.check_peer(name)) {
-        Ok(node) => Ok((stream, node)),
+        Ok((node, protocol)) => {
+            debug!(%addr, peer = %node, protocol, "connected");
+            Ok((stream, node))
+        }
         Err(e @ TransportError::NotCertified { .. }) => {
             warn!(%addr, error = %e, "refusing connection");
             metrics::counter!("shardline_transport_refused_total").increment(1);
@@ -442,7 +448,7 @@ async fn serve<M: Payload>(
         .map_err(|e| refused(handshake::unreadable_hello(e)))?;
     let checked = handshake::accept_hello(hello, &shared.me, &shared.config.cluster, |name| stream.check_peer(name));
     let mut buf = Vec::new();
-    let Greeting { from, listen, by_address } = match checked {
+    let Greeting { from, listen, by_address, protocol } = match checked {
         Ok(g) => g,
         Err((from, e)) => {
             match from {
@@ -456,7 +462,8 @@ async fn serve<M: Payload>(
             return Err(e);
         }
     };
-    Wire::<M>::HelloOk { node: shared.me.clone() }.encode_into(&mut buf)?;
+    debug!(%remote, peer = %from, protocol, "accepted");
+    Wire::<M>::HelloOk { node: shared.me.clone(), protocol: Some(protocol) }.encode_into(&mut buf)?;
     stream.write_all(&buf).await?;
     stream.flush().await?;
     let Some(handler) = shared.handler.get() else { return Ok(()) };

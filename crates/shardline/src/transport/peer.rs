@@ -197,7 +197,7 @@ mod tests {
 
     use tokio::net::TcpListener;
 
-    use super::super::{read_frame, Transport, TransportConfig, Wire};
+    use super::super::{read_frame, Transport, TransportConfig, Wire, PROTOCOL_VERSION};
     use super::*;
 
     /// A peer that completes the handshake as `me`, then reads everything it is sent.
@@ -208,7 +208,7 @@ mod tests {
             let (mut s, _) = listener.accept().await.unwrap();
             read_frame::<(), _>(&mut s, 1 << 20).await.unwrap();
             let mut buf = Vec::new();
-            Wire::<()>::HelloOk { node: me }.encode_into(&mut buf).unwrap();
+            Wire::<()>::HelloOk { node: me, protocol: Some(PROTOCOL_VERSION) }.encode_into(&mut buf).unwrap();
             s.write_all(&buf).await.unwrap();
             let mut sink = [0u8; 4096];
             while tokio::io::AsyncReadExt::read(&mut s, &mut sink).await.is_ok_and(|n| n > 0) {}

@@ -7,8 +7,16 @@ use shardline_core::NodeId;
 
 use crate::error::TransportError;
 
-/// Version of the wire protocol; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 3;
+/// The newest version of the wire protocol this build speaks.
+///
+/// - 3: the layout of every frame and message as kept in `golden/wire/v3`.
+/// - 4: the same frames, and the handshake agrees on a version: `Hello` and `HelloOk` carry an
+///   extension after their fields (see [`Wire::Hello`]), which a node of version 3 skips.
+pub const PROTOCOL_VERSION: u32 = 4;
+
+/// The oldest version this build speaks: a connection to a node of version 3 speaks 3, so that
+/// a cluster is updated one node at a time.
+pub const OLDEST_PROTOCOL: u32 = 3;
 
 /// Default largest frame (8 MiB).
 pub const DEFAULT_MAX_FRAME: usize = 8 * 1024 * 1024;
@@ -22,8 +30,12 @@ impl<M: Serialize + DeserializeOwned + Send + 'static> Payload for M {}
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Wire<M> {
     /// First frame of a connection, from the dialer.
+    ///
+    /// Version 3 of the protocol took only its own version; since 4, `protocol` is the oldest the
+    /// dialer speaks and `newest` follows the fields, where a node of version 3 does not look
+    /// (it reads the fields it knows and ignores the rest of the frame).
     Hello {
-        /// Wire protocol version.
+        /// The oldest wire protocol version the dialer speaks.
         protocol: u32,
         /// Cluster name.
         cluster: String,
@@ -34,11 +46,19 @@ pub enum Wire<M> {
         listen: std::net::SocketAddr,
         /// The node the dialer wants (None when dialing an address, e.g. a seed).
         to: Option<NodeId>,
+        /// The newest version the dialer speaks, after the fields; `protocol` when the frame
+        /// ends there (a node of version 3).
+        #[serde(skip)]
+        newest: u32,
     },
     /// The handshake is accepted.
     HelloOk {
         /// The accepting node.
         node: NodeId,
+        /// The version the connection speaks, after the fields; the dialer's oldest when the
+        /// frame ends there (a node of version 3 accepts only its own).
+        #[serde(skip)]
+        protocol: Option<u32>,
     },
     /// The handshake is refused; the connection closes.
     Refuse {
@@ -56,12 +76,30 @@ impl<M: Payload> Wire<M> {
     /// Appends the length-prefixed encoding of the frame to `buf`. On error `buf` is left as it
     /// was, so frames already in it (a coalesced batch) are kept.
     pub fn encode_into(&self, buf: &mut Vec<u8>) -> Result<(), TransportError> {
-        append_framed(self, buf, usize::MAX)
+        match self {
+            Wire::Hello { newest, .. } => append_framed(&(self, Some(*newest)), buf, usize::MAX),
+            Wire::HelloOk { protocol, .. } => append_framed(&(self, *protocol), buf, usize::MAX),
+            _ => append_framed(self, buf, usize::MAX),
+        }
     }
 
-    /// Decodes a frame body (without its length prefix).
+    /// Decodes a frame body (without its length prefix), with the handshake's extension.
     pub fn decode(body: &[u8]) -> Result<Wire<M>, TransportError> {
-        postcard::from_bytes(body).map_err(|e| TransportError::Decode(e.to_string()))
+        let bad = |e: postcard::Error| TransportError::Decode(e.to_string());
+        let (mut frame, rest) = postcard::take_from_bytes::<Wire<M>>(body).map_err(bad)?;
+        // An extension is an `Option`: present, it must be all that follows.
+        let extension = || -> Result<Option<u32>, TransportError> {
+            match rest {
+                [] => Ok(None),
+                _ => crate::format::read_all::<Option<u32>>(rest).map_err(bad),
+            }
+        };
+        match &mut frame {
+            Wire::Hello { protocol, newest, .. } => *newest = extension()?.unwrap_or(*protocol),
+            Wire::HelloOk { protocol, .. } => *protocol = extension()?,
+            _ => {}
+        }
+        Ok(frame)
     }
 }
 

@@ -10,7 +10,9 @@ pub(crate) mod provider;
 pub mod server;
 pub(crate) mod shard_maps;
 mod store;
+pub(crate) mod values;
 
-pub use provider::{LeaseConfig, LeaseValueError, Leases};
+pub use provider::{LeaseConfig, Leases};
 pub use shard_maps::{LoadedMap, MapStoreError, ShardMaps};
 pub use store::{CoordinationStore, Entry, InMemoryStore, Revision, StoreError, WatchEvent};
+pub use values::LeaseValueError;

@@ -3,17 +3,15 @@
 //! Every decision is the core's [`LeaseEngine`] (see its module docs: member keys renewed every
 //! TTL/3, self-fencing before the lease can lapse, leaders with terms from a durable counter,
 //! members gone once their key is confirmed missing). This module carries out its commands: it
-//! runs the store operations (encoding and decoding the values with postcard), holds the hosting
+//! runs the store operations (encoding and decoding the values, see `values`), holds the hosting
 //! lease, and publishes the views. One operation runs at a time; a new one replaces the one in
 //! flight, whose answer the engine no longer wants.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
 use shardline_core::lease::{
-    LeaderRecord, LeaseCommand, LeaseEngine, LeaseEvent, LeaseKeys, LeaseView, MemberRecord, PeerChecks,
-    SplitBrainRecord, StoreAnswer, StoreOp, StoreValue, StoredEntry, ValueKind,
+    LeaseCommand, LeaseEngine, LeaseEvent, LeaseKeys, LeaseView, MemberRecord, PeerChecks, StoreAnswer, StoreOp,
 };
 use shardline_core::NodeId;
 use tokio::sync::{mpsc, watch};
@@ -22,7 +20,8 @@ use tracing::{debug, error, info, warn};
 
 use super::keepalive;
 use super::shard_maps::ShardMaps;
-use super::store::{CoordinationStore, Entry};
+use super::store::CoordinationStore;
+use super::values::{decode_entry, encode_value};
 use crate::clock::Clock;
 use crate::error::ConfigError;
 use crate::membership::{
@@ -86,67 +85,6 @@ impl Leases {
     pub fn new(store: Arc<dyn CoordinationStore>, cluster: impl Into<String>, config: LeaseConfig) -> Self {
         Leases { store, cluster: cluster.into(), config }
     }
-}
-
-/// A value of the coordination store that cannot be written or read. Never replaced by a
-/// default: an empty member record or a term read as 0 (terms would repeat) is worse than
-/// skipping the step, which fails safe (a lease not renewed fences this node; a term not taken
-/// means no leadership).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LeaseValueError {
-    /// Encoding failed; nothing was written.
-    #[error("cannot encode the {what}: {reason}")]
-    Encode {
-        /// What the value is.
-        what: &'static str,
-        /// Why.
-        reason: String,
-    },
-    /// A stored value cannot be read.
-    #[error("cannot read the {what} at {key}: {reason}")]
-    Decode {
-        /// What the value is.
-        what: &'static str,
-        /// Where it is stored.
-        key: String,
-        /// Why.
-        reason: String,
-    },
-}
-
-/// Encodes a value to write; a failure is logged and counted, and nothing is written.
-fn encode<T: Serialize>(what: &'static str, v: &T) -> Result<Vec<u8>, LeaseValueError> {
-    postcard::to_allocvec(v).map_err(|e| refused(LeaseValueError::Encode { what, reason: e.to_string() }))
-}
-
-fn refused(e: LeaseValueError) -> LeaseValueError {
-    warn!(error = %e, "coordination store value refused");
-    metrics::counter!("shardline_lease_bad_values_total").increment(1);
-    e
-}
-
-pub(crate) fn encode_value(v: &StoreValue) -> Result<Vec<u8>, LeaseValueError> {
-    match v {
-        StoreValue::Member(r) => encode("member record", r),
-        StoreValue::Leader(r) => encode("leader record", r),
-        StoreValue::Term(t) => encode("term counter", t),
-        StoreValue::SlotHolder(n) => encode("slot holder", n),
-        StoreValue::SplitBrain(r) => encode("split-brain record", r),
-    }
-}
-
-/// Decodes a stored value as the engine expects it; an unreadable one is an error naming why,
-/// which the engine reports (and never replaces with a default).
-pub(crate) fn decode_entry(e: Entry, kind: ValueKind) -> StoredEntry {
-    let value = match kind {
-        ValueKind::Member => postcard::from_bytes::<MemberRecord>(&e.value).map(StoreValue::Member),
-        ValueKind::Leader => postcard::from_bytes::<LeaderRecord>(&e.value).map(StoreValue::Leader),
-        ValueKind::Term => postcard::from_bytes::<u64>(&e.value).map(StoreValue::Term),
-        ValueKind::SlotHolder => postcard::from_bytes::<NodeId>(&e.value).map(StoreValue::SlotHolder),
-        ValueKind::SplitBrain => postcard::from_bytes::<SplitBrainRecord>(&e.value).map(StoreValue::SplitBrain),
-    }
-    .map_err(|err| err.to_string());
-    StoredEntry { key: e.key, value, revision: e.revision }
 }
 
 /// Runs one store operation.

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use shardline_core::{ShardMap, Term};
 
 use super::store::{CoordinationStore, Revision, StoreError};
+use crate::format::{self, Stored};
 
 /// Why a map could not be read or written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,21 +44,28 @@ pub enum MapStoreError {
     },
 }
 
-#[derive(Deserialize)]
-struct StoredMap {
+/// A stored map: its coordinator's term and the map.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct StoredMap {
     term: Term,
     map: ShardMap,
 }
 
+impl Stored for StoredMap {
+    const WHAT: &'static str = "shard map";
+    const VERSION: u32 = 1;
+    const READABLE_FROM: u32 = 1;
+}
+
 /// The stored form of `type_key`'s map, written by a coordinator of `term`.
 pub(crate) fn encode_map(type_key: &str, term: Term, map: &ShardMap) -> Result<Vec<u8>, MapStoreError> {
-    postcard::to_allocvec(&MapToStore { term, map })
+    format::encode_as::<StoredMap>(&MapToStore { term, map })
         .map_err(|err| MapStoreError::Corrupt { type_key: type_key.to_string(), reason: err.to_string() })
 }
 
 /// Reads a stored map of `type_key`: its coordinator's term and the map.
 pub(crate) fn decode_map(type_key: &str, value: &[u8]) -> Result<(Term, ShardMap), MapStoreError> {
-    let stored: StoredMap = postcard::from_bytes(value)
+    let stored: StoredMap = format::decode(value)
         .map_err(|err| MapStoreError::Corrupt { type_key: type_key.to_string(), reason: err.to_string() })?;
     Ok((stored.term, stored.map))
 }
