@@ -17,6 +17,9 @@ pub enum AdminError {
     /// cluster.
     #[error("the admin API on {0} is reachable from other hosts: it needs a token (--admin-token or SHARDLINE_ADMIN_TOKEN), or a loopback address")]
     TokenRequired(std::net::SocketAddr),
+    /// The HTTPS certificate or key cannot be used.
+    #[error("admin API TLS: {0}")]
+    Tls(String),
 }
 
 /// An answer that is an error: its status and `{"error": "..."}`.

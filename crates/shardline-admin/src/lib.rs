@@ -26,6 +26,8 @@
 //! Every answer is JSON but the metrics; every 4xx and 5xx is `{"error": "..."}`: an unknown
 //! path is a 404, a wrong method a 405.
 //!
+//! With an [`AdminTls`] ([`serve_tls`]), the API is served over HTTPS only.
+//!
 //! With an [`AdminToken`], the actions (drain, rebalance, `PUT /api/shards`) and the event
 //! stream need `Authorization: Bearer <token>` (401 without it); reads stay open for probes and
 //! scrapers. An API on an address other than loopback must have one ([`check_exposure`]).
@@ -48,6 +50,7 @@ mod api;
 mod auth;
 mod error;
 mod health;
+mod tls;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::{header, StatusCode};
@@ -60,6 +63,7 @@ use shardline::Cluster;
 
 pub use auth::{check_exposure, AdminToken, MIN_TOKEN_LEN};
 pub use error::{AdminError, ApiError};
+pub use tls::{AdminTls, HANDSHAKE_LIMIT};
 
 /// The largest request body read (a bigger one is a 413).
 pub const MAX_BODY: usize = 64 * 1024;
@@ -108,6 +112,13 @@ async fn openapi() -> ([(header::HeaderName, &'static str); 1], &'static str) {
 /// Serves `router` on `listener` until the process ends or the listener fails.
 pub async fn serve(listener: tokio::net::TcpListener, router: Router) -> std::io::Result<()> {
     axum::serve(listener, router).await
+}
+
+/// Serves `router` over HTTPS on `listener` until the process ends. A client whose TLS handshake
+/// fails or takes longer than [`HANDSHAKE_LIMIT`] is dropped (logged at debug level), and the
+/// others are served on.
+pub async fn serve_tls(listener: tokio::net::TcpListener, router: Router, tls: AdminTls) -> std::io::Result<()> {
+    axum::serve(tls::TlsListener::new(listener, &tls)?, router).await
 }
 
 /// Installs a Prometheus recorder as the process's `metrics` recorder and returns the handle that

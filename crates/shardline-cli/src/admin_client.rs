@@ -1,13 +1,17 @@
 //! `shardline status | shards | drain | rebalance`: the admin API from the command line, as
 //! aligned tables for people or the API's JSON for scripts (`--json`).
 //!
-//! The client is a few lines of HTTP/1.1 on a tokio socket (one request per connection): the API
-//! is plain JSON on a trusted network, and a full HTTP client would double the binary's build.
+//! The client is a few lines of HTTP/1.1 on a tokio socket (one request per connection), over
+//! TLS for an `https://` API (trusting the CA given with `--admin-ca`): the API is plain JSON,
+//! and a full HTTP client would double the binary's build.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// How long one call may take, connection included.
@@ -19,7 +23,10 @@ pub enum ClientError {
     /// The token cannot travel in a header (it has spaces or control characters).
     #[error("bad admin token: only visible ASCII characters, no spaces")]
     BadToken,
-    /// The URL is not `http://HOST:PORT[/]`.
+    /// The CA to trust for an `https://` API cannot be used, or is missing.
+    #[error("admin API TLS: {0}")]
+    Tls(String),
+    /// The URL is not `http://HOST:PORT[/]` or `https://HOST:PORT[/]`.
     #[error("bad admin URL {url:?}: {reason}")]
     BadUrl {
         /// The URL given.
@@ -54,27 +61,69 @@ pub enum ClientError {
 }
 
 /// Where the admin API of a node is.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct AdminUrl {
     url: String,
     authority: String,
     token: Option<String>,
+    /// For `https://`: the host's name as its certificate must show it, and whom to trust
+    /// (set by [`AdminUrl::with_ca`]; an `https://` URL without it is refused at the call).
+    tls: Option<(ServerName<'static>, Option<tokio_rustls::TlsConnector>)>,
+}
+
+impl std::fmt::Debug for AdminUrl {
+    // Never the token.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminUrl").field("url", &self.url).finish_non_exhaustive()
+    }
 }
 
 impl AdminUrl {
-    /// Reads `http://HOST:PORT` (a trailing `/` is fine).
+    /// Reads `http://HOST:PORT` or `https://HOST:PORT` (a trailing `/` is fine).
     pub fn parse(url: &str) -> Result<AdminUrl, ClientError> {
         let bad = |reason| ClientError::BadUrl { url: url.to_string(), reason };
-        let rest = url.strip_prefix("http://").ok_or_else(|| bad("it must start with http://"))?;
+        let (scheme, rest) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(rest), _) => ("http", rest),
+            (_, Some(rest)) => ("https", rest),
+            _ => return Err(bad("it must start with http:// or https://")),
+        };
         let authority = rest.strip_suffix('/').unwrap_or(rest);
         if authority.is_empty() || authority.contains('/') {
-            return Err(bad("it must be http://HOST:PORT, without a path"));
+            return Err(bad("it must be http(s)://HOST:PORT, without a path"));
         }
         let (host, port) = authority.rsplit_once(':').ok_or_else(|| bad("it must name a port"))?;
         if host.is_empty() || port.parse::<u16>().is_err() {
-            return Err(bad("it must be http://HOST:PORT with a port number"));
+            return Err(bad("it must be http(s)://HOST:PORT with a port number"));
         }
-        Ok(AdminUrl { url: format!("http://{authority}"), authority: authority.to_string(), token: None })
+        let tls = match scheme {
+            "https" => {
+                let name = host.trim_start_matches('[').trim_end_matches(']').to_string();
+                let name = ServerName::try_from(name).map_err(|_| bad("its host is neither a name nor an address"))?;
+                Some((name, None))
+            }
+            _ => None,
+        };
+        Ok(AdminUrl { url: format!("{scheme}://{authority}"), authority: authority.to_string(), token: None, tls })
+    }
+
+    /// Trusts the CA certificate(s) in `pem` for an `https://` API (no effect on `http://`).
+    pub fn with_ca(self, pem: &[u8]) -> Result<AdminUrl, ClientError> {
+        let Some((name, _)) = self.tls.clone() else { return Ok(self) };
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(pem) {
+            let c = c.map_err(|e| ClientError::Tls(format!("CA: {e}")))?;
+            roots.add(c).map_err(|e| ClientError::Tls(format!("CA: {e}")))?;
+        }
+        if roots.is_empty() {
+            return Err(ClientError::Tls("CA: no PEM certificate in it".into()));
+        }
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| ClientError::Tls(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        Ok(AdminUrl { tls: Some((name, Some(connector))), ..self })
     }
 
     /// Sends `token` as `Authorization: Bearer` with every request.
@@ -102,15 +151,23 @@ impl AdminUrl {
     }
 
     async fn exchange(&self, method: &str, path: &str) -> Result<(u16, String), ClientError> {
-        let mut s = TcpStream::connect(&self.authority).await.map_err(|e| self.unreachable(e.to_string()))?;
+        let tcp = TcpStream::connect(&self.authority).await.map_err(|e| self.unreachable(e.to_string()))?;
         let auth = self.token.as_ref().map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
         let req = format!(
             "{method} {path} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n",
             self.authority
         );
-        s.write_all(req.as_bytes()).await.map_err(|e| self.unreachable(e.to_string()))?;
-        let mut raw = Vec::new();
-        s.read_to_end(&mut raw).await.map_err(|e| self.unreachable(e.to_string()))?;
+        let raw = match &self.tls {
+            None => self.send(tcp, &req).await?,
+            Some((_, None)) => {
+                return Err(ClientError::Tls(format!("{} is https: give its CA with --admin-ca", self.url)));
+            }
+            Some((name, Some(connector))) => {
+                let tls =
+                    connector.connect(name.clone(), tcp).await.map_err(|e| self.unreachable(format!("TLS: {e}")))?;
+                self.send(tls, &req).await?
+            }
+        };
         let unreadable = |reason: &str| ClientError::Unreadable { url: self.url.clone(), reason: reason.to_string() };
         let split = raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(|| unreadable("no end of headers"))?;
         let head = String::from_utf8_lossy(&raw[..split]).to_string();
@@ -130,6 +187,14 @@ impl AdminUrl {
         }
         let body = String::from_utf8(body).map_err(|_| unreadable("a body that is not UTF-8"))?;
         Ok((status, body))
+    }
+
+    /// Writes the request and reads the answer to its end (the server closes the connection).
+    async fn send(&self, mut s: impl AsyncRead + AsyncWrite + Unpin, req: &str) -> Result<Vec<u8>, ClientError> {
+        s.write_all(req.as_bytes()).await.map_err(|e| self.unreachable(e.to_string()))?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).await.map_err(|e| self.unreachable(e.to_string()))?;
+        Ok(raw)
     }
 
     fn unreachable(&self, reason: String) -> ClientError {

@@ -96,9 +96,12 @@ pub enum Command {
 /// How the admin commands reach the cluster.
 #[derive(Args, Debug, Clone)]
 pub struct AdminArgs {
-    /// The admin API of any node of the cluster, http://HOST:PORT.
+    /// The admin API of any node of the cluster, http://HOST:PORT or https://HOST:PORT.
     #[arg(long = "admin", env = "SHARDLINE_ADMIN_URL")]
     pub url: String,
+    /// The CA certificate (PEM) that signed an https admin API's certificate.
+    #[arg(long = "admin-ca", env = "SHARDLINE_ADMIN_CA")]
+    pub ca: Option<std::path::PathBuf>,
     /// Print the API's JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -152,6 +155,12 @@ pub struct NodeArgs {
     /// address other than loopback.
     #[arg(long, env = "SHARDLINE_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// Serve the admin API over HTTPS with this certificate (PEM, its chain after it).
+    #[arg(long, env = "SHARDLINE_ADMIN_TLS_CERT", requires = "admin_tls_key")]
+    pub admin_tls_cert: Option<std::path::PathBuf>,
+    /// The private key (PEM) of --admin-tls-cert.
+    #[arg(long, env = "SHARDLINE_ADMIN_TLS_KEY", requires = "admin_tls_cert")]
+    pub admin_tls_key: Option<std::path::PathBuf>,
     /// Mutual TLS between nodes.
     #[command(flatten)]
     pub tls: TlsArgs,

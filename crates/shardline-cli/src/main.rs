@@ -28,7 +28,22 @@ fn init_logs(default: &str) {
 /// One admin call: the answer as a table (`render`) or JSON on stdout, exit 0; an error as one
 /// line on stderr, exit 1.
 async fn admin(a: &args::AdminArgs, method: &str, path: String, render: impl Fn(&serde_json::Value) -> String) -> i32 {
-    let answer = match admin_client::AdminUrl::parse(&a.url).and_then(|u| u.with_token(a.token.clone())) {
+    let ca = match &a.ca {
+        Some(path) => match std::fs::read(path) {
+            Ok(pem) => Some(pem),
+            Err(e) => {
+                eprintln!("error: cannot read the admin CA {}: {e}", path.display());
+                return 1;
+            }
+        },
+        None => None,
+    };
+    let url =
+        admin_client::AdminUrl::parse(&a.url).and_then(|u| u.with_token(a.token.clone())).and_then(|u| match &ca {
+            Some(pem) => u.with_ca(pem),
+            None => Ok(u),
+        });
+    let answer = match url {
         Ok(url) => url.call(method, &path).await,
         Err(e) => Err(e),
     };

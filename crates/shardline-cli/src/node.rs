@@ -74,12 +74,17 @@ async fn serve_admin(
     cluster: &Cluster,
     metrics: Option<shardline_admin::PrometheusHandle>,
     token: Option<AdminToken>,
+    tls: Option<shardline_admin::AdminTls>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    info!(%addr, token = token.is_some(), "admin API listening");
+    info!(%addr, token = token.is_some(), https = tls.is_some(), "admin API listening");
     let router = shardline_admin::router(cluster.clone(), metrics, token);
     Ok(tokio::spawn(async move {
-        if let Err(e) = shardline_admin::serve(listener, router).await {
+        let served = match tls {
+            Some(tls) => shardline_admin::serve_tls(listener, router, tls).await,
+            None => shardline_admin::serve(listener, router).await,
+        };
+        if let Err(e) = served {
             error!(%addr, error = %e, "the admin API stopped");
         }
     }))
@@ -139,6 +144,17 @@ pub async fn run(mut args: NodeArgs) -> i32 {
             return 1;
         }
     };
+    let admin_tls = match (&args.admin_tls_cert, &args.admin_tls_key) {
+        (Some(cert), Some(key)) => match shardline_admin::AdminTls::from_files(cert, key) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                error!(error = %e, "cannot serve the admin API");
+                eprintln!("cannot serve the admin API: {e}");
+                return 1;
+            }
+        },
+        _ => None,
+    };
     let mut admin_addr = None;
     if let Some(a) = &args.admin {
         // A bare port is on loopback: reachable from this host only, unless said otherwise.
@@ -178,7 +194,7 @@ pub async fn run(mut args: NodeArgs) -> i32 {
                 old.abort();
                 let _ = old.await;
             }
-            admin = match serve_admin(a, &cluster, metrics.clone(), token.clone()).await {
+            admin = match serve_admin(a, &cluster, metrics.clone(), token.clone(), admin_tls.clone()).await {
                 Ok(t) => Some(t),
                 Err(e) => {
                     error!(addr = %a, error = %e, "cannot listen for the admin API");

@@ -77,9 +77,13 @@ impl Drop for Node {
     }
 }
 
+fn log_of(name: &str, tag: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("shardline-rolling-{}-{name}-{tag}.log", std::process::id()))
+}
+
 /// A node of `binary`, logging the transport's handshakes (which name the protocol spoken).
 fn spawn(binary: &Path, name: &str, port: u16, seed: u16, journal: &Path, tag: &str) -> Node {
-    let log = std::env::temp_dir().join(format!("shardline-rolling-{}-{name}-{tag}.log", std::process::id()));
+    let log = log_of(name, tag);
     let child = Command::new(binary)
         .args(["node", "--name", name, "--bind", &format!("127.0.0.1:{port}")])
         .args(["--seeds", &format!("127.0.0.1:{seed}"), "--shards", &SHARDS.to_string()])
@@ -228,5 +232,11 @@ async fn a_cluster_of_the_previous_protocol_is_updated_one_node_at_a_time_under_
         acked.iter().filter(|d| d.resent_after_unknown).count()
     );
     drop(nodes);
-    let _ = std::fs::remove_file(&journal);
+    // Kept when the test fails (a panic skips this), for the post-mortem.
+    for (name, tag) in names.iter().flat_map(|n| [(n, "previous"), (n, "current")]) {
+        let _ = std::fs::remove_file(log_of(name, tag));
+    }
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", journal.display()));
+    }
 }

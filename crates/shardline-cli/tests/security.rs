@@ -190,3 +190,57 @@ async fn an_admin_api_beyond_loopback_needs_its_token_and_never_logs_it() {
     assert!(logged.contains("admin request refused: wrong bearer token"), "refusals are logged");
     assert!(!logged.contains(secret), "the token is never logged");
 }
+
+/// An admin API served over HTTPS (`--admin-tls-cert`, `--admin-tls-key`): `shardline status`
+/// reaches it with its CA, and not without one, nor in plain HTTP, nor trusting another CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_api_over_https_answers_clients_that_trust_its_ca_only() {
+    let d = dir("https");
+    let certs = d.join("certs");
+    let out = shardline(&["certs", "--out", &certs.display().to_string(), "--nodes", "localhost"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let other = d.join("other");
+    let out = shardline(&["certs", "--out", &other.display().to_string(), "--nodes", "localhost"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (port, admin) = (free_port(), free_port());
+    let f = |file: &str| certs.join(file).display().to_string();
+    let log = d.join("n1.log");
+    let admin_flag = admin.to_string();
+    let extra =
+        ["--admin", &admin_flag, "--admin-tls-cert", &f("localhost.pem"), "--admin-tls-key", &f("localhost.key")];
+    let _n1 = node("n1", port, port, &extra, &log);
+    let https = format!("https://localhost:{admin}");
+    let status = |url: &str, ca: Option<&Path>| {
+        let mut args = vec!["status".to_string(), "--json".into(), "--admin".into(), url.to_string()];
+        if let Some(ca) = ca {
+            args.extend(["--admin-ca".into(), ca.display().to_string()]);
+        }
+        shardline(&args.iter().map(String::as_str).collect::<Vec<_>>(), &[])
+    };
+    let ca = certs.join("ca.pem");
+    eventually("the node answers over HTTPS", Duration::from_secs(30), || status(&https, Some(&ca)).status.success())
+        .await;
+    let out = status(&https, Some(&ca));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["members"][0]["name"], "n1", "{v}");
+    // Without the CA, trusting another CA, or in plain HTTP: no answer.
+    let out = status(&https, None);
+    assert!(!out.status.success() && text(&out.stderr).contains("--admin-ca"), "{}", text(&out.stderr));
+    let out = status(&https, Some(&other.join("ca.pem")));
+    assert!(!out.status.success() && text(&out.stderr).contains("TLS"), "{}", text(&out.stderr));
+    let out = status(&format!("http://localhost:{admin}"), None);
+    assert!(!out.status.success(), "plain HTTP to the HTTPS port: {}", text(&out.stdout));
+    // The API still serves after the failed handshakes.
+    assert!(status(&https, Some(&ca)).status.success());
+    // A certificate that cannot be read stops the node at start, with the reason.
+    let bad = shardline(
+        &["node", "--name", "x", "--bind", "127.0.0.1:1", "--seeds", "127.0.0.1:1", "--store", "memory"]
+            .into_iter()
+            .chain(["--admin", "0", "--admin-tls-cert", &f("ca.pem"), "--admin-tls-key", &f("ca.pem")])
+            .collect::<Vec<_>>(),
+        &[],
+    );
+    assert_eq!(bad.status.code(), Some(1), "{}", text(&bad.stderr));
+    assert!(text(&bad.stderr).contains("admin API TLS"), "{}", text(&bad.stderr));
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -17,9 +17,13 @@
 //! regions coordinator messages); what authenticates members is TLS.
 //!
 //! Questions that change nothing (what a member hosts, shard maps, rebalancing status) stay open
-//! to peers. A tag can be replayed by someone who records the traffic within [`SIGNED_FOR`]:
-//! against that, use TLS.
+//! to peers. A tag is taken once: the node remembers the tags it admitted while they are within
+//! [`SIGNED_FOR`], so a request recorded off the network and sent again is refused. (Recording it
+//! still shows what was asked: against that, use TLS.)
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ring::hmac;
@@ -35,6 +39,12 @@ pub(crate) struct AdminAuth {
     cluster: String,
     secret: Option<hmac::Key>,
     peers_certified: bool,
+    /// Tags admitted, with their time, while a replay of them would pass the clock check.
+    admitted: Mutex<HashMap<Vec<u8>, u64>>,
+    /// The time of the last tag made: each is later than the one before, so two requests made
+    /// within a millisecond (a drain repeated) have two tags, not one the receiver takes as a
+    /// replay.
+    last_sealed: AtomicU64,
 }
 
 impl AdminAuth {
@@ -43,6 +53,8 @@ impl AdminAuth {
             cluster: cluster.to_string(),
             secret: secret.map(|s| hmac::Key::new(hmac::HMAC_SHA256, s)),
             peers_certified,
+            admitted: Mutex::new(HashMap::new()),
+            last_sealed: AtomicU64::new(0),
         }
     }
 
@@ -54,7 +66,11 @@ impl AdminAuth {
             return Ok(query);
         };
         let body = postcard::to_allocvec(&query).map_err(|e| AdminError::Invalid(format!("cannot encode: {e}")))?;
-        let at_ms = now_ms();
+        let now = now_ms();
+        let later = |prev: u64| now.max(prev + 1);
+        let at_ms = match self.last_sealed.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| Some(later(p))) {
+            Ok(prev) | Err(prev) => later(prev),
+        };
         let tag = hmac::sign(key, &self.signed_bytes(from, to, at_ms, &body)).as_ref().to_vec();
         Ok(AdminQuery::Signed { at_ms, query: body, tag })
     }
@@ -81,10 +97,20 @@ impl AdminAuth {
                     "{from}'s request carries a tag this node's admin secret did not make"
                 )));
             }
-            let skew = Duration::from_millis(now_ms().abs_diff(at_ms));
+            let now = now_ms();
+            let skew = Duration::from_millis(now.abs_diff(at_ms));
             if skew > SIGNED_FOR {
                 return Err(AdminError::Unauthorized(format!(
                     "{from}'s request was signed {skew:?} away from this node's clock (at most {SIGNED_FOR:?} either way)"
+                )));
+            }
+            // Only tags this node's secret made get here, so the set grows with real requests only.
+            let mut admitted = self.admitted.lock().unwrap_or_else(|p| p.into_inner());
+            let window = SIGNED_FOR.as_millis() as u64;
+            admitted.retain(|_, at| at.saturating_add(window) >= now);
+            if admitted.insert(tag, at_ms).is_some() {
+                return Err(AdminError::Unauthorized(format!(
+                    "{from}'s request was admitted once already: a replay is refused"
                 )));
             }
         }
@@ -128,6 +154,14 @@ mod tests {
         let sealed = keyed.seal(&a, &b, AdminQuery::Drain).unwrap();
         assert!(matches!(sealed, AdminQuery::Signed { .. }));
         assert!(matches!(keyed.admit(&a, &b, sealed.clone()), Ok(AdminQuery::Drain)));
+        // The same request again (recorded off the network): refused. The same request made again
+        // at once has a tag of its own.
+        let replay = keyed.admit(&a, &b, sealed.clone());
+        assert!(matches!(&replay, Err(AdminError::Unauthorized(why)) if why.contains("replay")), "{replay:?}");
+        for _ in 0..3 {
+            let again = keyed.seal(&a, &b, AdminQuery::Drain).unwrap();
+            assert!(matches!(keyed.admit(&a, &b, again), Ok(AdminQuery::Drain)));
+        }
         // Unsigned, another secret, another receiver, another cluster: refused.
         assert!(matches!(keyed.admit(&a, &b, AdminQuery::Drain), Err(AdminError::Unauthorized(_))));
         let other = AdminAuth::new("c", Some(b"fedcba9876543210"), false);
