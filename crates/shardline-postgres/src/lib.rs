@@ -33,6 +33,7 @@ mod batch;
 use batch::{batched_appends, pipelined_appends, APPEND, APPEND_MANY};
 mod coordination;
 pub use coordination::PostgresStore;
+mod tls;
 
 /// The schema, one migration per version, applied in order.
 const MIGRATIONS: &[&str] = &[
@@ -69,7 +70,9 @@ const MAX_BATCH: usize = 256;
 /// Settings of a PostgreSQL journal.
 #[derive(Clone, Debug)]
 pub struct PostgresConfig {
-    /// `postgres://user@host:port/database` (or a key=value connection string).
+    /// `postgres://user:password@host:port/database` (or a key=value connection string), with
+    /// libpq's `sslmode` (`disable`, `prefer` by default, `require`, `verify-ca`, `verify-full`)
+    /// and `sslrootcert` (the CA's PEM file, which the verifying modes need).
     pub url: String,
     /// The schema the tables live in (created if absent).
     pub schema: String,
@@ -122,21 +125,37 @@ impl PostgresJournal {
     }
 }
 
+/// Drives a connection until it closes.
+async fn drive(connection: impl std::future::Future<Output = Result<(), tokio_postgres::Error>>) {
+    if let Err(e) = connection.await {
+        warn!(error = %e, "database connection closed");
+    }
+}
+
 /// Connects and points the session at the schema.
 async fn connect(config: &PostgresConfig) -> Result<Client, JournalError> {
-    let pg: tokio_postgres::Config =
-        config.url.parse().map_err(|e| JournalError::Failed(format!("database url {:?}: {e}", config.url)))?;
-    let (client, connection) = tokio::time::timeout(config.timeout, pg.connect(NoTls))
+    let (pg, tls) = tls::settings(&config.url)?;
+    // Each kind of connection is a type of its own: driven by a task either way.
+    let connecting = async {
+        match tls {
+            None => pg.connect(NoTls).await.map(|(client, connection)| {
+                tokio::spawn(drive(connection));
+                client
+            }),
+            Some(tls) => {
+                pg.connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls)).await.map(|(client, connection)| {
+                    tokio::spawn(drive(connection));
+                    client
+                })
+            }
+        }
+    };
+    let client = tokio::time::timeout(config.timeout, connecting)
         .await
         .map_err(|_| {
             JournalError::Unavailable(format!("connecting to the database timed out after {:?}", config.timeout))
         })?
         .map_err(db)?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            warn!(error = %e, "database connection closed");
-        }
-    });
     let schema = &config.schema;
     let statement_ms = config.timeout.as_millis();
     // `CREATE SCHEMA IF NOT EXISTS` is not safe against itself: node processes that start
@@ -156,8 +175,20 @@ async fn connect(config: &PostgresConfig) -> Result<Client, JournalError> {
 /// Maps a database error: a lost connection or an unreachable server is `Unavailable`; a
 /// duplicate key (another process appended the same sequence numbers) is left to the caller.
 fn db(e: tokio_postgres::Error) -> JournalError {
-    // The server's own message, not just "db error".
-    let text = e.as_db_error().map_or_else(|| e.to_string(), |d| d.to_string());
+    // The server's own message, not just "db error"; otherwise the causes too (a TLS handshake
+    // says why it failed: a certificate of another name, of another CA).
+    let text = e.as_db_error().map_or_else(
+        || {
+            let mut text = e.to_string();
+            let mut cause = std::error::Error::source(&e);
+            while let Some(c) = cause {
+                text = format!("{text}: {c}");
+                cause = c.source();
+            }
+            text
+        },
+        |d| d.to_string(),
+    );
     match e.code() {
         None => JournalError::Unavailable(text),
         Some(c) if *c == SqlState::ADMIN_SHUTDOWN || *c == SqlState::CANNOT_CONNECT_NOW => {

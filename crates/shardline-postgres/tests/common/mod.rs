@@ -37,6 +37,8 @@ pub struct Server {
     dir: PathBuf,
     port: u16,
     child: Option<Child>,
+    /// `-c name=value` settings beyond the defaults.
+    settings: Vec<String>,
 }
 
 fn as_server_user(program: &Path) -> Command {
@@ -52,6 +54,12 @@ fn as_server_user(program: &Path) -> Command {
 
 impl Server {
     pub fn init() -> Server {
+        Server::init_with(|_| Vec::new())
+    }
+
+    /// A server whose extra settings `settings` gives from its directory (where it may write
+    /// files the server reads: certificates, an `pg_hba.conf`).
+    pub fn init_with(settings: impl FnOnce(&Path) -> Vec<String>) -> Server {
         let bin = server_bin();
         let dir = std::env::temp_dir().join(format!("shardline-pg-{}", stamp()));
         std::fs::create_dir_all(&dir).expect("data directory");
@@ -68,13 +76,20 @@ impl Server {
             .success();
         assert!(ok, "initdb failed in {}", dir.display());
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut s = Server { bin, dir, port, child: None };
+        let settings = settings(&dir);
+        // The files written for the server are the server user's (a key must be its own, 0600).
+        let _ = Command::new("chown").args(["-R", "postgres:postgres"]).arg(&dir).status();
+        let mut s = Server { bin, dir, port, child: None, settings };
         s.start();
         s
     }
 
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     pub fn start(&mut self) {
@@ -84,6 +99,7 @@ impl Server {
             .args(["-p", &self.port.to_string(), "-k"])
             .arg(&self.dir)
             .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .args(self.settings.iter().flat_map(|kv| ["-c", kv.as_str()]))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
