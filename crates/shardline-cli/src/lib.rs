@@ -4,6 +4,7 @@ pub mod account;
 pub mod attempts;
 pub mod history;
 pub mod membership;
+pub use membership::redacted;
 pub mod store;
 
 use std::sync::Arc;

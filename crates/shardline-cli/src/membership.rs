@@ -1,4 +1,5 @@
-//! `--membership seeds | etcd://HOST:PORT | nats://HOST:PORT | postgres://… | sqlite://PATH`.
+//! `--membership seeds | etcd://HOST:PORT | nats://HOST:PORT | tls://HOST:PORT | postgres://… |
+//! sqlite://PATH`.
 //!
 //! The etcd, NATS and PostgreSQL stores are cargo features of this crate (`etcd`, `nats`,
 //! `postgres`), off by default so that the demo builds with nothing but the Rust toolchain; the
@@ -43,7 +44,7 @@ impl std::str::FromStr for MembershipSpec {
             Ok(MembershipSpec::Seeds)
         } else if let Some(addr) = s.strip_prefix("etcd://").filter(|a| !a.is_empty()) {
             Ok(MembershipSpec::Etcd(addr.to_string()))
-        } else if s.starts_with("nats://") && s.len() > "nats://".len() {
+        } else if ["nats://", "tls://"].iter().any(|p| s.len() > p.len() && s.starts_with(p)) {
             Ok(MembershipSpec::Nats(s.to_string()))
         } else if ["postgres://", "postgresql://"].iter().any(|p| s.len() > p.len() && s.starts_with(p)) {
             Ok(MembershipSpec::Postgres(s.to_string()))
@@ -55,6 +56,25 @@ impl std::str::FromStr for MembershipSpec {
                  sqlite://PATH, got {s:?}"
             ))
         }
+    }
+}
+
+/// `url` with its password (or token) replaced by `…`, for logs and errors.
+///
+/// ```
+/// assert_eq!(shardline_cli::redacted("nats://u:secret@h:1"), "nats://u:…@h:1");
+/// assert_eq!(shardline_cli::redacted("nats://token@h:1"), "nats://…@h:1");
+/// assert_eq!(shardline_cli::redacted("seeds"), "seeds");
+/// ```
+pub fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    match rest[..authority_end].rsplit_once('@') {
+        Some((credentials, host)) => {
+            let user = credentials.split_once(':').map_or(String::new(), |(u, _)| format!("{u}:"));
+            format!("{scheme}://{user}…@{host}{}", &rest[authority_end..])
+        }
+        None => url.to_string(),
     }
 }
 
@@ -155,7 +175,9 @@ pub async fn store(spec: &MembershipSpec, cluster: &str) -> Result<Option<Arc<dy
 #[cfg(feature = "postgres")]
 async fn postgres_store(url: &str, cluster: &str, timeout: Duration) -> Result<Arc<dyn CoordinationStore>, String> {
     let schema = crate::store::schema_name(cluster);
-    let store = PostgresStore::connect(url, &schema, timeout).await.map_err(|e| format!("PostgreSQL at {url}: {e}"))?;
+    let store = PostgresStore::connect(url, &schema, timeout)
+        .await
+        .map_err(|e| format!("PostgreSQL at {}: {e}", redacted(url)))?;
     Ok(Arc::new(store))
 }
 
@@ -179,7 +201,7 @@ async fn etcd_store(addr: &str, _timeout: Duration) -> Result<Arc<dyn Coordinati
 async fn nats_store(url: &str, cluster: &str, timeout: Duration) -> Result<Arc<dyn CoordinationStore>, String> {
     let store = NatsStore::connect(url, cluster, lease_config().ttl, timeout)
         .await
-        .map_err(|e| format!("NATS at {url}: {e}"))?;
+        .map_err(|e| format!("NATS at {}: {e}", redacted(url)))?;
     Ok(Arc::new(store))
 }
 
@@ -191,8 +213,9 @@ async fn nats_store(url: &str, _cluster: &str, _timeout: Duration) -> Result<Arc
 #[cfg(any(not(feature = "etcd"), not(feature = "nats"), not(feature = "postgres")))]
 fn missing_feature(feature: &str, spec: &str) -> String {
     format!(
-        "--membership {spec} needs the `{feature}` feature, which this build lacks: \
-         rebuild with `cargo build --release -p shardline-cli --features {feature}`"
+        "--membership {} needs the `{feature}` feature, which this build lacks: \
+         rebuild with `cargo build --release -p shardline-cli --features {feature}`",
+        redacted(spec)
     )
 }
 

@@ -202,7 +202,7 @@ pub async fn run(mut args: NodeArgs) -> i32 {
                 }
             };
         }
-        info!(node = %cluster.node_id(), addr = %cluster.local_addr(), membership = %args.members.spec(), store = %args.store, "serving");
+        info!(node = %cluster.node_id(), addr = %cluster.local_addr(), membership = %shardline_cli::redacted(&args.members.spec().to_string()), store = %shardline_cli::redacted(&args.store.to_string()), "serving");
         tokio::select! {
             _ = term.recv() => {}
             _ = int.recv() => {}

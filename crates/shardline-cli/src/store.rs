@@ -101,16 +101,18 @@ pub async fn open(spec: &StoreSpec, schema: &str) -> Result<Arc<dyn Journal>, St
 #[cfg(feature = "postgres")]
 async fn postgres(url: &str, schema: &str) -> Result<Arc<dyn Journal>, String> {
     let config = shardline_postgres::PostgresConfig::new(url).schema(schema);
-    let j =
-        shardline_postgres::PostgresJournal::connect(config).await.map_err(|e| format!("PostgreSQL at {url}: {e}"))?;
+    let j = shardline_postgres::PostgresJournal::connect(config)
+        .await
+        .map_err(|e| format!("PostgreSQL at {}: {e}", crate::redacted(url)))?;
     Ok(Arc::new(j))
 }
 
 #[cfg(not(feature = "postgres"))]
 async fn postgres(url: &str, _schema: &str) -> Result<Arc<dyn Journal>, String> {
     Err(format!(
-        "--store {url} needs the `postgres` feature, which this build lacks: \
-         rebuild with `cargo build --release -p shardline-cli --features postgres`"
+        "--store {} needs the `postgres` feature, which this build lacks: \
+         rebuild with `cargo build --release -p shardline-cli --features postgres`",
+        crate::redacted(url)
     ))
 }
 

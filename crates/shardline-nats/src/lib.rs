@@ -33,6 +33,61 @@ fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
 
+/// The server's address without credentials or options, and how to connect to it.
+fn connect_options(url: &str) -> Result<(String, async_nats::ConnectOptions), StoreError> {
+    let bad = |reason: String| StoreError::Failed(format!("NATS url: {reason}"));
+    let (scheme, rest) =
+        url.split_once("://").ok_or_else(|| bad("expected nats://HOST:PORT or tls://HOST:PORT".into()))?;
+    if scheme != "nats" && scheme != "tls" {
+        return Err(bad(format!("scheme {scheme:?}: nats or tls")));
+    }
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (credentials, host) = match rest.rsplit_once('@') {
+        Some((c, h)) => (Some(c), h),
+        None => (None, rest),
+    };
+    let mut options = async_nats::ConnectOptions::new().require_tls(scheme == "tls");
+    if let Some(c) = credentials {
+        options = match c.split_once(':') {
+            Some((user, password)) => {
+                options.user_and_password(decode(user).map_err(bad)?, decode(password).map_err(bad)?)
+            }
+            None => options.token(decode(c).map_err(bad)?),
+        };
+    }
+    for (key, value) in query.split('&').filter(|kv| !kv.is_empty()).map(|kv| kv.split_once('=').unwrap_or((kv, ""))) {
+        match key {
+            "ca" if !value.is_empty() => {
+                let path = std::path::PathBuf::from(decode(value).map_err(bad)?);
+                if !path.is_file() {
+                    return Err(bad(format!("ca {}: no such file", path.display())));
+                }
+                options = options.add_root_certificates(path).require_tls(true);
+            }
+            other => return Err(bad(format!("option {other:?}: only ca=PATH"))),
+        }
+    }
+    Ok((format!("{scheme}://{host}"), options))
+}
+
+/// `%XX` escapes of a URL's part, decoded (a password may hold `@` or `:` that way).
+fn decode(part: &str) -> Result<String, String> {
+    let bytes = part.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = part.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok());
+            out.push(hex.ok_or_else(|| format!("a broken %-escape in {part:?}"))?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("{part:?} is not UTF-8 once decoded"))
+}
+
 fn subject(key: &str) -> String {
     key.replace('/', ".")
 }
@@ -42,14 +97,18 @@ fn unsubject(key: &str) -> String {
 }
 
 impl NatsStore {
-    /// Connects to `url` (`nats://127.0.0.1:4222`) and opens (or creates) the buckets
-    /// `{name}-ephemeral` (max age `ttl`) and `{name}-durable`.
+    /// Connects to `url` and opens (or creates) the buckets `{name}-ephemeral` (max age `ttl`)
+    /// and `{name}-durable`.
+    ///
+    /// `url` is `nats://HOST:PORT`, with credentials as NATS writes them
+    /// (`nats://USER:PASSWORD@…` or `nats://TOKEN@…`), and for TLS `tls://HOST:PORT` or
+    /// `?ca=PATH` (the server's CA, PEM; TLS is then required).
     pub async fn connect(url: &str, name: &str, ttl: Duration, timeout: Duration) -> Result<Self, StoreError> {
-        let client =
-            tokio::time::timeout(timeout, async_nats::ConnectOptions::new().connection_timeout(timeout).connect(url))
-                .await
-                .map_err(|_| StoreError::Unavailable(format!("NATS at {url} did not answer within {timeout:?}")))?
-                .map_err(unavailable)?;
+        let (server, options) = connect_options(url)?;
+        let client = tokio::time::timeout(timeout, options.connection_timeout(timeout).connect(server.as_str()))
+            .await
+            .map_err(|_| StoreError::Unavailable(format!("NATS at {server} did not answer within {timeout:?}")))?
+            .map_err(unavailable)?;
         let js = jetstream::new(client);
         let open = |bucket: String, max_age: Duration| {
             let js = js.clone();
@@ -274,5 +333,24 @@ impl CoordinationStore for NatsStore {
             });
             Ok(rx)
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_and_tls_are_read_from_the_url() {
+        assert_eq!(connect_options("nats://127.0.0.1:4222").unwrap().0, "nats://127.0.0.1:4222");
+        let ca = std::env::temp_dir().join(format!("shardline-nats-url-{}.pem", std::process::id()));
+        std::fs::write(&ca, "").unwrap();
+        assert_eq!(connect_options(&format!("nats://u:p%40ss@h:1?ca={}", ca.display())).unwrap().0, "nats://h:1");
+        let _ = std::fs::remove_file(&ca);
+        assert_eq!(connect_options("tls://tok@h:1").unwrap().0, "tls://h:1");
+        assert_eq!(decode("p%40ss%3a").unwrap(), "p@ss:");
+        for bad in ["h:1", "http://h:1", "nats://h:1?ca=/nonexistent", "nats://h:1?tls=1", "nats://u:%4@h:1"] {
+            assert!(connect_options(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -39,3 +39,50 @@ async fn nats_outage_is_a_typed_error_then_recovers() {
     }
     assert!(ok, "store usable again after nats-server came back");
 }
+
+/// A server that takes TLS connections only, with a user and password: the store connects with
+/// both in its URL, and not with a wrong password, without the CA, or trusting another CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_over_tls_with_a_password() {
+    use shardline::transport::tls::dev::DevCa;
+    let ca = DevCa::new("test CA").expect("a CA");
+    let other = DevCa::new("another CA").expect("a CA");
+    let cert = ca.node("localhost", 1).expect("a certificate");
+    let mut dir = std::path::PathBuf::new();
+    let server = ServerProcess::nats_with(|d| {
+        dir = d.to_path_buf();
+        std::fs::write(d.join("server.pem"), &cert.cert).unwrap();
+        std::fs::write(d.join("server.key"), &cert.key).unwrap();
+        std::fs::write(d.join("ca.pem"), &ca.pem().cert).unwrap();
+        std::fs::write(d.join("other.pem"), &other.pem().cert).unwrap();
+        let at = |f: &str| d.join(f).display().to_string();
+        ["--tls", "--tlscert", &at("server.pem"), "--tlskey", &at("server.key"), "--user", "shard", "--pass", "p@ss"]
+            .map(String::from)
+            .to_vec()
+    })
+    .expect("nats-server starts");
+    let port = server.addr.rsplit_once(':').map(|(_, p)| p.to_string()).unwrap();
+    let ca_pem = dir.join("ca.pem").display().to_string();
+    let connect = |url: String| async move {
+        NatsStore::connect(&url, "tls", Duration::from_secs(2), Duration::from_secs(3)).await.map(drop)
+    };
+    connect(format!("nats://shard:p%40ss@localhost:{port}?ca={ca_pem}")).await.expect("TLS and the password");
+    let store = NatsStore::connect(
+        &format!("tls://shard:p%40ss@localhost:{port}?ca={ca_pem}"),
+        "tls",
+        Duration::from_secs(2),
+        Duration::from_secs(3),
+    )
+    .await
+    .expect("tls://");
+    store.compare_and_put("k", b"v".to_vec(), 0).await.expect("a write");
+    assert_eq!(store.get("k").await.unwrap().map(|e| e.value), Some(b"v".to_vec()));
+    for refused in [
+        format!("nats://shard:wrong@localhost:{port}?ca={ca_pem}"),
+        format!("nats://localhost:{port}?ca={ca_pem}"),
+        format!("nats://shard:p%40ss@localhost:{port}"),
+        format!("nats://shard:p%40ss@localhost:{port}?ca={}", dir.join("other.pem").display()),
+    ] {
+        assert!(connect(refused.clone()).await.is_err(), "{refused}");
+    }
+}

@@ -56,9 +56,15 @@ impl ServerProcess {
 
     /// Starts nats-server with JetStream (Debian package `nats-server`) on a free port.
     pub fn nats() -> Result<Self, String> {
+        Self::nats_with(|_| Vec::new())
+    }
+
+    /// Starts nats-server as [`nats`](Self::nats) does, with the flags `extra` gives from the
+    /// server's directory (where it may write files the server reads: certificates).
+    pub fn nats_with(extra: impl FnOnce(&std::path::Path) -> Vec<String>) -> Result<Self, String> {
         let port = free_port()?;
         let dir = temp_dir("nats")?;
-        let args = vec![
+        let mut args = vec![
             "-a".into(),
             "127.0.0.1".into(),
             "-p".into(),
@@ -67,6 +73,7 @@ impl ServerProcess {
             "-sd".into(),
             dir.join("js").display().to_string(),
         ];
+        args.extend(extra(&dir));
         Self::start("nats-server", "nats-server", args, dir, format!("127.0.0.1:{port}"))
     }
 
