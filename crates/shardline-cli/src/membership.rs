@@ -188,7 +188,8 @@ async fn postgres_store(url: &str, _cluster: &str, _timeout: Duration) -> Result
 
 #[cfg(feature = "etcd")]
 async fn etcd_store(addr: &str, timeout: Duration) -> Result<Arc<dyn CoordinationStore>, String> {
-    let store = EtcdStore::connect(&[addr.to_string()], timeout).await.map_err(|e| format!("etcd at {addr}: {e}"))?;
+    let url = format!("etcd://{addr}");
+    let store = EtcdStore::connect_url(&url, timeout).await.map_err(|e| format!("etcd at {}: {e}", redacted(&url)))?;
     Ok(Arc::new(store))
 }
 

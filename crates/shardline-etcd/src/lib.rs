@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, WatchOptions};
-use shardline::membership::lease::{CoordinationStore, Entry, Revision, StoreError, WatchEvent};
+use shardline::membership::lease::{CoordinationStore, Entry, Revision, StoreError, StoreUrl, WatchEvent};
 use shardline::membership::BoxFuture;
 use tokio::sync::mpsc;
 
@@ -34,6 +34,48 @@ impl EtcdStore {
     pub async fn connect(endpoints: &[String], timeout: Duration) -> Result<Self, StoreError> {
         let opts = etcd_client::ConnectOptions::new().with_connect_timeout(timeout).with_timeout(timeout);
         let client = tokio::time::timeout(timeout, Client::connect(endpoints, Some(opts)))
+            .await
+            .map_err(|_| StoreError::Unavailable(format!("etcd at {endpoints:?} did not answer within {timeout:?}")))?
+            .map_err(unavailable)?;
+        Ok(EtcdStore { client, leases: Arc::default(), timeout })
+    }
+
+    /// Connects to the etcd cluster of `url`:
+    /// `etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT…][?ca=PATH]`. With `ca` (the servers' CA,
+    /// PEM), the endpoints are `https` and their certificates must be for the hosts named.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), shardline::membership::lease::StoreError> {
+    /// let url = "etcd://shardline:secret@etcd-0:2379,etcd-1:2379?ca=/etc/etcd/ca.pem";
+    /// let store = shardline_etcd::EtcdStore::connect_url(url, std::time::Duration::from_secs(3)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_url(url: &str, timeout: Duration) -> Result<Self, StoreError> {
+        let bad = |reason: String| StoreError::Failed(format!("etcd url: {reason}"));
+        let u = StoreUrl::parse(url)?;
+        if u.scheme != "etcd" {
+            return Err(bad(format!("scheme {:?}: etcd", u.scheme)));
+        }
+        let mut opts = etcd_client::ConnectOptions::new().with_connect_timeout(timeout).with_timeout(timeout);
+        opts = match (u.user, u.password) {
+            (Some(user), Some(password)) => opts.with_user(user, password),
+            (Some(_), None) => return Err(bad("credentials are USER:PASSWORD".into())),
+            _ => opts,
+        };
+        let mut scheme = "http";
+        for (key, value) in u.options {
+            match key.as_str() {
+                "ca" => {
+                    let pem = std::fs::read(&value).map_err(|e| bad(format!("ca {value}: {e}")))?;
+                    let tls = etcd_client::TlsOptions::new().ca_certificate(etcd_client::Certificate::from_pem(pem));
+                    opts = opts.with_tls(tls);
+                    scheme = "https";
+                }
+                other => return Err(bad(format!("option {other:?}: only ca=PATH"))),
+            }
+        }
+        let endpoints: Vec<String> = u.hosts.split(',').map(|h| format!("{scheme}://{h}")).collect();
+        let client = tokio::time::timeout(timeout, Client::connect(&endpoints, Some(opts)))
             .await
             .map_err(|_| StoreError::Unavailable(format!("etcd at {endpoints:?} did not answer within {timeout:?}")))?
             .map_err(unavailable)?;

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, kv};
 use futures_util::StreamExt;
-use shardline::membership::lease::{CoordinationStore, Entry, Revision, StoreError, WatchEvent};
+use shardline::membership::lease::{CoordinationStore, Entry, Revision, StoreError, StoreUrl, WatchEvent};
 use shardline::membership::BoxFuture;
 use tokio::sync::mpsc;
 
@@ -36,29 +36,20 @@ fn unavailable(e: impl std::fmt::Display) -> StoreError {
 /// The server's address without credentials or options, and how to connect to it.
 fn connect_options(url: &str) -> Result<(String, async_nats::ConnectOptions), StoreError> {
     let bad = |reason: String| StoreError::Failed(format!("NATS url: {reason}"));
-    let (scheme, rest) =
-        url.split_once("://").ok_or_else(|| bad("expected nats://HOST:PORT or tls://HOST:PORT".into()))?;
-    if scheme != "nats" && scheme != "tls" {
-        return Err(bad(format!("scheme {scheme:?}: nats or tls")));
+    let u = StoreUrl::parse(url)?;
+    if u.scheme != "nats" && u.scheme != "tls" {
+        return Err(bad(format!("scheme {:?}: nats or tls", u.scheme)));
     }
-    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let (credentials, host) = match rest.rsplit_once('@') {
-        Some((c, h)) => (Some(c), h),
-        None => (None, rest),
+    let mut options = async_nats::ConnectOptions::new().require_tls(u.scheme == "tls");
+    options = match (u.user, u.password) {
+        (Some(user), Some(password)) => options.user_and_password(user, password),
+        (Some(token), None) => options.token(token),
+        _ => options,
     };
-    let mut options = async_nats::ConnectOptions::new().require_tls(scheme == "tls");
-    if let Some(c) = credentials {
-        options = match c.split_once(':') {
-            Some((user, password)) => {
-                options.user_and_password(decode(user).map_err(bad)?, decode(password).map_err(bad)?)
-            }
-            None => options.token(decode(c).map_err(bad)?),
-        };
-    }
-    for (key, value) in query.split('&').filter(|kv| !kv.is_empty()).map(|kv| kv.split_once('=').unwrap_or((kv, ""))) {
-        match key {
-            "ca" if !value.is_empty() => {
-                let path = std::path::PathBuf::from(decode(value).map_err(bad)?);
+    for (key, value) in u.options {
+        match key.as_str() {
+            "ca" => {
+                let path = std::path::PathBuf::from(value);
                 if !path.is_file() {
                     return Err(bad(format!("ca {}: no such file", path.display())));
                 }
@@ -67,25 +58,7 @@ fn connect_options(url: &str) -> Result<(String, async_nats::ConnectOptions), St
             other => return Err(bad(format!("option {other:?}: only ca=PATH"))),
         }
     }
-    Ok((format!("{scheme}://{host}"), options))
-}
-
-/// `%XX` escapes of a URL's part, decoded (a password may hold `@` or `:` that way).
-fn decode(part: &str) -> Result<String, String> {
-    let bytes = part.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = part.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok());
-            out.push(hex.ok_or_else(|| format!("a broken %-escape in {part:?}"))?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| format!("{part:?} is not UTF-8 once decoded"))
+    Ok((format!("{}://{}", u.scheme, u.hosts), options))
 }
 
 fn subject(key: &str) -> String {
@@ -348,8 +321,7 @@ mod tests {
         assert_eq!(connect_options(&format!("nats://u:p%40ss@h:1?ca={}", ca.display())).unwrap().0, "nats://h:1");
         let _ = std::fs::remove_file(&ca);
         assert_eq!(connect_options("tls://tok@h:1").unwrap().0, "tls://h:1");
-        assert_eq!(decode("p%40ss%3a").unwrap(), "p@ss:");
-        for bad in ["h:1", "http://h:1", "nats://h:1?ca=/nonexistent", "nats://h:1?tls=1", "nats://u:%4@h:1"] {
+        for bad in ["h:1", "http://h:1", "nats://h:1?ca=/nonexistent", "nats://h:1?tls=1"] {
             assert!(connect_options(bad).is_err(), "{bad}");
         }
     }

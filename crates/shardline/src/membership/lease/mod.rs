@@ -10,9 +10,11 @@ pub(crate) mod provider;
 pub mod server;
 pub(crate) mod shard_maps;
 mod store;
+mod store_url;
 pub(crate) mod values;
 
 pub use provider::{LeaseConfig, Leases};
 pub use shard_maps::{LoadedMap, MapStoreError, ShardMaps};
 pub use store::{CoordinationStore, Entry, InMemoryStore, Revision, StoreError, WatchEvent};
+pub use store_url::StoreUrl;
 pub use values::LeaseValueError;

@@ -31,11 +31,19 @@ fn temp_dir(what: &str) -> Result<PathBuf, String> {
 impl ServerProcess {
     /// Starts etcd (Debian package `etcd-server`) on free ports.
     pub fn etcd() -> Result<Self, String> {
+        Self::etcd_with(|_| None)
+    }
+
+    /// Starts etcd as [`etcd`](Self::etcd) does; when `tls` gives a certificate and its key
+    /// (files it may write in the server's directory), clients speak HTTPS only.
+    pub fn etcd_with(tls: impl FnOnce(&std::path::Path) -> Option<(PathBuf, PathBuf)>) -> Result<Self, String> {
         let (client, peer) = (free_port()?, free_port()?);
         let dir = temp_dir("etcd")?;
-        let c = format!("http://127.0.0.1:{client}");
+        let tls = tls(&dir);
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let c = format!("{scheme}://127.0.0.1:{client}");
         let p = format!("http://127.0.0.1:{peer}");
-        let args = vec![
+        let mut args = vec![
             "--name".into(),
             "test".into(),
             "--data-dir".into(),
@@ -51,6 +59,14 @@ impl ServerProcess {
             "--initial-cluster".into(),
             format!("test={p}"),
         ];
+        if let Some((cert, key)) = tls {
+            args.extend([
+                "--cert-file".into(),
+                cert.display().to_string(),
+                "--key-file".into(),
+                key.display().to_string(),
+            ]);
+        }
         Self::start("etcd", "etcd-server", args, dir, format!("127.0.0.1:{client}"))
     }
 
