@@ -9,7 +9,9 @@
 //! host can send a cross-site `POST` to `127.0.0.1`, or reach it through a name of its own that
 //! resolves there (DNS rebinding). Browsers say where such a request comes from (`Origin`), so an
 //! action without a token is taken only when it carries no `Origin` (curl, `shardline drain`) or
-//! comes from this API's own pages on a loopback name.
+//! comes from this API's own pages on a loopback name, and (as the event stream) only when it
+//! asks for a loopback name in `Host`: a page of a name that resolves to 127.0.0.1 gives itself
+//! away there.
 
 use std::net::SocketAddr;
 
@@ -110,8 +112,21 @@ impl FromRequestParts<AdminState> for Authorized {
 /// Without a token: a request that no browser sent (no `Origin`), or one from this API's own
 /// page, served under a loopback name. Anything else is a 403.
 fn same_host(parts: &Parts) -> Result<Authorized, ApiError> {
-    let Some(origin) = parts.headers.get(header::ORIGIN) else { return Ok(Authorized) };
     let host = parts.headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
+    // A page served from a name of its own that resolves to 127.0.0.1 (DNS rebinding) is of the
+    // same origin as the API to the browser, which then sends no `Origin` on a GET (the event
+    // stream): the name it asked for gives it away.
+    if !is_loopback_name(host) {
+        warn!(method = %parts.method, path = %parts.uri.path(), %host, "admin request refused: not for a loopback name");
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "a request for host {host:?}: without an admin token, actions and the event stream are served for \
+                 127.0.0.1, [::1] or localhost only"
+            ),
+        ));
+    }
+    let Some(origin) = parts.headers.get(header::ORIGIN) else { return Ok(Authorized) };
     let origin = origin.to_str().unwrap_or_default();
     let authority = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://"));
     if authority.is_some_and(|a| a.eq_ignore_ascii_case(host)) && is_loopback_name(host) {
@@ -161,6 +176,10 @@ mod tests {
             b.body(()).unwrap().into_parts().0
         };
         assert!(same_host(&parts(None, "127.0.0.1:9090")).is_ok(), "curl");
+        assert!(same_host(&parts(None, "localhost:9090")).is_ok(), "curl");
+        // DNS rebinding without an Origin (a same-origin GET: the event stream).
+        let rebound = same_host(&parts(None, "rebind.example:9090")).err().map(|e| e.status);
+        assert_eq!(rebound, Some(StatusCode::FORBIDDEN));
         assert!(same_host(&parts(Some("http://127.0.0.1:9090"), "127.0.0.1:9090")).is_ok(), "its own page");
         assert!(same_host(&parts(Some("http://localhost:9090"), "localhost:9090")).is_ok());
         assert!(same_host(&parts(Some("http://[::1]:9090"), "[::1]:9090")).is_ok());

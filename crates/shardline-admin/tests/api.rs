@@ -44,7 +44,7 @@ async fn request_with(addr: SocketAddr, method: &str, path: &str, headers: &str)
 async fn exchange(addr: SocketAddr, method: &str, path: &str, headers: &str, body: &str) -> (u16, String, String) {
     let mut s = TcpStream::connect(addr).await.unwrap();
     let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: test\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     s.write_all(req.as_bytes()).await.unwrap();
@@ -252,7 +252,8 @@ async fn a_drain_hands_the_shards_off_and_the_node_leaves() {
 /// Reads server-sent events from `addr` until `done` holds of the events seen (or 30 s pass).
 async fn watch_events(addr: SocketAddr, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
     let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(b"GET /api/events HTTP/1.1\r\nHost: test\r\nAccept: text/event-stream\r\n\r\n").await.unwrap();
+    let req = format!("GET /api/events HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
     let mut lines = BufReader::new(s).lines();
     let mut seen = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -410,7 +411,7 @@ async fn actions_and_the_event_stream_need_the_token() {
     let (status, _, body) = request_with(addr, "POST", "/api/nodes/nobody/drain", &right).await;
     assert_eq!(status, 404, "{body}");
     let mut s = TcpStream::connect(addr).await.unwrap();
-    let req = format!("GET /api/events HTTP/1.1\r\nHost: test\r\n{right}\r\n");
+    let req = format!("GET /api/events HTTP/1.1\r\nHost: {addr}\r\n{right}\r\n");
     s.write_all(req.as_bytes()).await.unwrap();
     let mut first = String::new();
     BufReader::new(s).read_line(&mut first).await.unwrap();
