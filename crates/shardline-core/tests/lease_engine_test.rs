@@ -139,6 +139,69 @@ fn terms_are_taken_above_the_term_floor_and_a_fence_found_above_it() {
     assert_eq!(op, StoreOp::CompareAndPut { key: "c/term".into(), value: StoreValue::Term(12_346), revision: 40 });
 }
 
+/// Runs the engine against a store that takes every write and holds nothing else (the member
+/// key reads back as this node's) until it sends an operation `wanted` picks.
+fn served_until(e: &mut LeaseEngine, mut now: u64, wanted: impl Fn(&StoreOp) -> bool) -> (u64, StoreOp, u64) {
+    let mut revision = 100;
+    for _ in 0..10_000 {
+        let Some((id, op)) = drain(e).1 else {
+            now = e.poll_timeout().expect("the engine has something to do");
+            e.handle_timeout(now);
+            continue;
+        };
+        if wanted(&op) {
+            return (id, op, now);
+        }
+        revision += 1;
+        let answer = match op {
+            StoreOp::Get { key, .. } if key == "c/members/a" => {
+                StoreAnswer::Entry(Some(entry(&key, StoreValue::Member(record("a", 1)), revision)))
+            }
+            StoreOp::Get { .. } => StoreAnswer::Entry(None),
+            StoreOp::List { .. } => StoreAnswer::Entries(Vec::new()),
+            StoreOp::Delete { .. } => StoreAnswer::Deleted,
+            _ => StoreAnswer::Written(Some(revision)),
+        };
+        e.handle_answer(now, id, answer);
+    }
+    panic!("the engine never sent the operation wanted");
+}
+
+/// A leader in a term below a fence found in the journal gives its key up at its next renewal,
+/// and takes a term above the fence in the election that follows.
+#[test]
+fn a_leader_below_a_fence_found_in_the_journal_steps_down_and_is_elected_above_it() {
+    let mut e = engine(0);
+    let (id, _) = joined(&mut e, 5);
+    e.handle_answer(6, id, StoreAnswer::Entry(None));
+    let (id, _) = drain(&mut e).1.unwrap();
+    e.handle_answer(7, id, StoreAnswer::Entry(Some(entry("c/term", StoreValue::Term(4), 33))));
+    let (id, _) = drain(&mut e).1.unwrap();
+    e.handle_answer(8, id, StoreAnswer::Written(Some(34)));
+    let (id, _) = drain(&mut e).1.unwrap();
+    e.handle_answer(9, id, StoreAnswer::Written(Some(35)));
+    let me = NodeId::new("a", 1);
+    assert_eq!(e.view(9).leader, Some((me.clone(), 5)));
+    let leader_key =
+        |op: &StoreOp| matches!(op, StoreOp::Delete { key, .. } | StoreOp::Refresh { key, .. } if key == "c/leader");
+    // A fence at its own term is its own: it leads on.
+    e.handle_fenced_above(10, 5);
+    let (id, op, now) = served_until(&mut e, 10, leader_key);
+    assert!(matches!(op, StoreOp::Refresh { .. }), "{op:?}");
+    e.handle_answer(now, id, StoreAnswer::Written(Some(36)));
+    assert_eq!(e.view(now).leader, Some((me, 5)));
+    // A fence above it: at its next renewal it gives the key up.
+    e.handle_fenced_above(now, 700);
+    let (id, op, now) = served_until(&mut e, now, leader_key);
+    assert_eq!(op, StoreOp::Delete { key: "c/leader".into(), revision: Some(36) }, "it gives the key up");
+    assert_eq!(e.view(now).leader, None, "it no longer leads");
+    e.handle_answer(now, id, StoreAnswer::Deleted);
+    let (id, _, now) = served_until(&mut e, now, |op| matches!(op, StoreOp::Get { key, .. } if key == "c/term"));
+    e.handle_answer(now, id, StoreAnswer::Entry(Some(entry("c/term", StoreValue::Term(5), 34))));
+    let (_, op) = drain(&mut e).1.unwrap();
+    assert_eq!(op, StoreOp::CompareAndPut { key: "c/term".into(), value: StoreValue::Term(701), revision: 34 });
+}
+
 #[test]
 fn an_unreadable_term_counter_gives_no_leadership() {
     let mut e = engine(0);

@@ -326,8 +326,8 @@ impl LeaseEngine {
 
     /// The journal refused a claim of this node's: a shard's fence is stored at `term`, above
     /// the terms this cluster took (the counter's store was replaced, or another cluster wrote
-    /// the journal). The next term taken goes above it; a leader in a lower term keeps leading
-    /// until its key changes hands.
+    /// the journal). The next term taken goes above it; this node, when it leads in a lower
+    /// term, gives the leader key up at its next renewal so that the election takes one.
     pub fn handle_fenced_above(&mut self, _now: u64, term: u64) {
         self.config.term_floor = self.config.term_floor.max(term);
     }

@@ -129,10 +129,14 @@ impl LeaseEngine {
             }
             Step::Elect => {
                 let eligible = self.eligible();
+                // A leader below a journal's fence can allocate nothing the journal takes: it gives
+                // the key up, and the next election takes a term above the fence.
+                let fenced_above = |l: &LeaderRecord| l.term < self.config.term_floor;
                 match self.leader.clone() {
-                    Some((l, revision)) if l.node == self.me.node && !eligible => {
+                    Some((l, revision)) if l.node == self.me.node && (!eligible || fenced_above(&l)) => {
                         self.leader = None;
-                        self.log(LeaseEvent::LeadershipLost { reason: "no longer eligible" });
+                        let reason = if eligible { "a journal is fenced above its term" } else { "no longer eligible" };
+                        self.log(LeaseEvent::LeadershipLost { reason });
                         Some((StoreOp::Delete { key: self.keys.leader.clone(), revision: Some(revision) }, renewal))
                     }
                     Some((l, revision)) if l.node == self.me.node => {
