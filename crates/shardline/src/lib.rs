@@ -46,6 +46,8 @@ pub mod format;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzz;
+#[cfg(test)]
+mod golden;
 pub mod journal;
 pub mod membership;
 #[cfg(feature = "sabotage")]

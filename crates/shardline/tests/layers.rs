@@ -1,8 +1,9 @@
 //! Layers import downward only: each module of the runtime names only the modules below it. The
-//! order (bottom first): `clock`, `error` · `transport` (1) · `membership` (2) · `journal` (the
+//! order (bottom first): `clock`, `error`, `format` (how stored records are versioned) ·
+//! `transport` (1) · `membership` (2) · `journal` (the
 //! interface entities persist through) · `sharding` (3: regions, coordinators, shard hosts, the
 //! `Entity` contract they host) · `entity` (4: the typed API) · `cluster` (the node that wires
-//! them). Test-support modules (`drills`, conformance suites) may use anything.
+//! them). Test-support modules (`drills`, `golden`, conformance suites) may use anything.
 //!
 //! Every path a module names is checked, wherever it is written: whole `use` items (over several
 //! lines, braces nested), and paths in code. `crate::` paths are absolute; `super::` and `self::`
@@ -13,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 const ORDER: &[&[&str]] = &[
-    &["clock", "error", "sabotage"],
+    &["clock", "error", "format", "sabotage"],
     &["transport"],
     &["membership"],
     &["journal"],

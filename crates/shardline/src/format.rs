@@ -18,7 +18,7 @@
 //! [`transport`](crate::transport)): its handshake agrees on the protocol both ends speak.
 //!
 //! The repository keeps golden encodings of every version of every record (`golden/`), and a
-//! test reads each of them with today's code.
+//! test reads each of them with today's code (the crate's `golden` tests).
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -177,6 +177,3 @@ mod tests {
         assert!(matches!(decode::<Pair>(&[0, 0x80]), Err(FormatError::Unreadable { .. })));
     }
 }
-
-#[cfg(test)]
-mod golden;

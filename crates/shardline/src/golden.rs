@@ -1,5 +1,5 @@
 //! The golden encodings (`golden/` in this crate): every stored record and every frame, as each
-//! version of Shardline wrote it, read by today's code.
+//! version of Shardline wrote it, read by today's code. Test support: it names every layer.
 //!
 //! - `golden/stored/v{N}/`: coordination store records in layout N (0: before records carried a
 //!   version). Files of layout 0 and the frames of `wire/v3` that the fuzz corpus held were
@@ -20,8 +20,8 @@ use shardline_core::{
     ShardId, ShardMap, ToCoordinator, ToRegion, TypeKey,
 };
 
-use super::{decode, encode, encode_as, Stored};
 use crate::cluster::admin::{AdminAnswer, AdminError, AdminQuery, RebalancingReport};
+use crate::format::{decode, encode, encode_as, Stored};
 use crate::membership::lease::keepalive::KeepAlive;
 use crate::membership::lease::shard_maps::{encode_map, StoredMap};
 use crate::membership::lease::values::{SlotHolder, TermCounter};
