@@ -317,10 +317,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn urls_are_http_host_port() {
+    fn urls_are_http_or_https_host_port() {
         assert!(AdminUrl::parse("http://127.0.0.1:9090").is_ok());
         assert!(AdminUrl::parse("http://node-1:9090/").is_ok());
-        for bad in ["127.0.0.1:9090", "https://a:1", "http://a", "http://a:x", "http://a:1/api", "http://:1"] {
+        assert!(AdminUrl::parse("https://node-1:9090").is_ok_and(|u| u.tls.is_some()));
+        assert!(AdminUrl::parse("https://[::1]:9090").is_ok());
+        for bad in
+            ["127.0.0.1:9090", "ftp://a:1", "http://a", "http://a:x", "http://a:1/api", "http://:1", "https://:1"]
+        {
             assert!(matches!(AdminUrl::parse(bad), Err(ClientError::BadUrl { .. })), "{bad}");
         }
     }
