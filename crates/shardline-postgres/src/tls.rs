@@ -20,6 +20,7 @@ use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::server::ParsedCertificate;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use tokio_postgres::config::SslMode;
 
@@ -77,7 +78,10 @@ pub(crate) fn settings(url: &str) -> Result<(tokio_postgres::Config, Option<Clie
     let tls = match (mode, root) {
         (Mode::Disable, _) => None,
         (Mode::Prefer | Mode::Require, _) => Some(
-            builder.dangerous().with_custom_certificate_verifier(Arc::new(Unverified(provider))).with_no_client_auth(),
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(ChainOnly { roots: None, provider }))
+                .with_no_client_auth(),
         ),
         (Mode::VerifyCa | Mode::VerifyFull, None) => {
             return Err(bad("sslmode verify-ca and verify-full need sslrootcert=PATH, the server's CA (PEM)".into()))
@@ -92,11 +96,13 @@ pub(crate) fn settings(url: &str) -> Result<(tokio_postgres::Config, Option<Clie
             if roots.is_empty() {
                 return Err(bad(format!("sslrootcert {path}: no PEM certificate in it")));
             }
-            let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-                .build()
-                .map_err(|e| bad(format!("sslrootcert {path}: {e}")))?;
-            let verifier: Arc<dyn ServerCertVerifier> =
-                if mode == Mode::VerifyCa { Arc::new(AnyName(webpki)) } else { webpki };
+            let roots = Arc::new(roots);
+            let verifier: Arc<dyn ServerCertVerifier> = match mode {
+                Mode::VerifyCa => Arc::new(ChainOnly { roots: Some(roots), provider }),
+                _ => WebPkiServerVerifier::builder_with_provider(roots, provider)
+                    .build()
+                    .map_err(|e| bad(format!("sslrootcert {path}: {e}")))?,
+            };
             Some(builder.dangerous().with_custom_certificate_verifier(verifier).with_no_client_auth())
         }
     };
@@ -130,20 +136,30 @@ fn join_options(base: &str, url: &str, options: &[(String, String)]) -> String {
     }
 }
 
-/// `prefer` and `require`: any certificate, as libpq takes it; the handshake's signatures are
-/// still checked (the server holds the key of the certificate it showed).
+/// `prefer` and `require` (no roots): any certificate, as libpq takes it. `verify-ca` (roots):
+/// a chain to them, whatever name the certificate is for, as the transport checks a peer's
+/// (`transport::tls`). Either way the handshake's signatures are checked: the server holds the
+/// key of the certificate it showed.
 #[derive(Debug)]
-struct Unverified(Arc<CryptoProvider>);
+struct ChainOnly {
+    roots: Option<Arc<RootCertStore>>,
+    provider: Arc<CryptoProvider>,
+}
 
-impl ServerCertVerifier for Unverified {
+impl ServerCertVerifier for ChainOnly {
     fn verify_server_cert(
         &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
         _: &ServerName<'_>,
         _: &[u8],
-        _: UnixTime,
+        now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
+        if let Some(roots) = &self.roots {
+            let cert = ParsedCertificate::try_from(end_entity)?;
+            let algorithms = self.provider.signature_verification_algorithms.all;
+            rustls::client::verify_server_cert_signed_by_trust_anchor(&cert, roots, intermediates, now, algorithms)?;
+        }
         Ok(ServerCertVerified::assertion())
     }
 
@@ -153,7 +169,7 @@ impl ServerCertVerifier for Unverified {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn verify_tls13_signature(
@@ -162,56 +178,11 @@ impl ServerCertVerifier for Unverified {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-/// `verify-ca`: the chain must lead to the root, whatever name the certificate is for.
-#[derive(Debug)]
-struct AnyName(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for AnyName {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        match self.0.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
-            Err(rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName))
-            | Err(rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForNameContext { .. })) => {
-                Ok(ServerCertVerified::assertion())
-            }
-            other => other,
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider.signature_verification_algorithms.supported_schemes()
     }
 }
 

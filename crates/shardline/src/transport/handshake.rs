@@ -75,11 +75,8 @@ pub(crate) fn accept_answer<M>(
                 return Err(TransportError::WrongNode { expected: e.to_string(), found: node.to_string() });
             }
             // A node of version 3 answers without a version: it took our oldest, its own.
-            let protocol = protocol.unwrap_or(OLDEST_PROTOCOL);
-            if !(OLDEST_PROTOCOL..=PROTOCOL_VERSION).contains(&protocol) {
-                let ours = (OLDEST_PROTOCOL, PROTOCOL_VERSION);
-                return Err(TransportError::ProtocolMismatch { ours, theirs: (protocol, protocol) });
-            }
+            let answered = protocol.unwrap_or(OLDEST_PROTOCOL);
+            let protocol = common_version((answered, answered))?;
             certified(&node.name)?;
             Ok((node, protocol))
         }
