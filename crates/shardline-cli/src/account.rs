@@ -88,6 +88,29 @@ impl EventSourced for Account {
     }
 }
 
+/// The same account kept in memory only: the same commands, decided and applied the same way,
+/// with nothing written. The floor of `bench --scenario durable-ask`, which measures what the
+/// journal costs on top.
+#[derive(Debug, Default)]
+pub struct MemoryAccount(Account);
+
+impl Entity for MemoryAccount {
+    type Message = AccountCmd;
+    type Reply = AccountReply;
+
+    fn new(_id: &EntityId) -> Self {
+        MemoryAccount::default()
+    }
+
+    async fn handle(&mut self, _ctx: &mut EntityContext, cmd: AccountCmd) -> AccountReply {
+        let (events, reply) = self.0.decide(cmd);
+        for e in &events {
+            self.0.apply(e);
+        }
+        reply
+    }
+}
+
 /// A small entity for benchmarks: it answers with what it got and counts messages.
 #[derive(Debug, Default)]
 pub struct Echo {

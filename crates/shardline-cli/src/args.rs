@@ -146,6 +146,10 @@ pub struct NodeArgs {
     /// but letters and digits).
     #[arg(long, env = "SHARDLINE_STORE_SCHEMA")]
     pub store_schema: Option<String>,
+    /// Remember the accounts that wrote, and restart them where their shard starts, at most
+    /// this many per second (and 64 recovering at once per node).
+    #[arg(long, env = "SHARDLINE_REMEMBER_ENTITIES", value_parser = clap::value_parser!(u32).range(1..))]
+    pub remember_entities: Option<u32>,
     /// Serve the admin HTTP API (health probes, metrics, the dashboard, drain and rebalance) on
     /// this address: PORT (on 127.0.0.1) or HOST:PORT. Beyond loopback it needs --admin-token.
     #[arg(long, env = "SHARDLINE_ADMIN")]
@@ -236,7 +240,13 @@ impl MembershipArgs {
     /// neither a membership nor seeds were named (seeds say gossip: a gossip cluster whose nodes
     /// are updated one by one must not split into a gossip half and a lease half).
     pub fn default_to_journal(&mut self, store: &StoreSpec) {
-        if let (None, true, StoreSpec::Postgres(url)) = (&self.membership, self.seeds.is_empty(), store) {
+        let first = match store {
+            StoreSpec::Postgres(url) => Some(url),
+            // A split journal's leases live in its first database.
+            StoreSpec::PostgresSplit(urls) => urls.first(),
+            _ => None,
+        };
+        if let (None, true, Some(url)) = (&self.membership, self.seeds.is_empty(), first) {
             self.membership = Some(MembershipSpec::Postgres(url.clone()));
         }
     }
@@ -336,10 +346,10 @@ pub struct DemoArgs {
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
     /// Which scenario.
-    #[arg(long, value_parser = ["local-ask", "remote-ask", "idle-memory", "rebalance", "failover", "journal"])]
+    #[arg(long, value_parser = ["local-ask", "remote-ask", "idle-memory", "rebalance", "failover", "journal", "durable-ask", "remember"])]
     pub scenario: String,
-    /// The journal (journal scenario): sqlite://PATH (default: a file in a fresh directory) or
-    /// postgres://USER@HOST:PORT/DATABASE (the `postgres` feature).
+    /// The journal (journal and durable-ask scenarios): sqlite://PATH (default: a file in a
+    /// fresh directory) or postgres://USER@HOST:PORT/DATABASE (the `postgres` feature).
     #[arg(long)]
     pub store: Option<StoreSpec>,
     /// Membership of the cluster scenarios: seeds, etcd://HOST:PORT, nats://HOST:PORT,

@@ -27,6 +27,8 @@ pub async fn run(args: BenchArgs) -> i32 {
         "rebalance" => rebalance(&args).await,
         "failover" => failover(&args).await,
         "journal" => crate::journal_bench::journal(&args).await,
+        "durable-ask" => crate::durable_bench::durable_ask(&args).await,
+        "remember" => crate::remember_bench::remember(&args).await,
         other => Err(format!("unknown scenario {other}").into()),
     };
     match result {
@@ -107,27 +109,27 @@ where
 }
 
 /// How long each slice of a [`paired`] measurement lasts.
-const SLICE: Duration = Duration::from_millis(500);
+pub(crate) const SLICE: Duration = Duration::from_millis(500);
 
 /// The runtime and its floor measured in alternating slices, so that both see the same machine:
 /// on these machines the speed of both drifts by 2x from one second to the next, and a ratio of
 /// two runs measured seconds apart reads that drift as much as the runtime.
-struct Paired {
+pub(crate) struct Paired {
     /// Medians of the slices' rates.
-    ops: f64,
-    floor_ops: f64,
+    pub(crate) ops: f64,
+    pub(crate) floor_ops: f64,
     /// Over every sample of every slice.
-    lat: Latency,
-    floor_lat: Latency,
+    pub(crate) lat: Latency,
+    pub(crate) floor_lat: Latency,
     /// Runtime over floor, slice by slice (each pair of neighbouring slices), and their median.
-    ratios: Vec<f64>,
-    ratio: f64,
+    pub(crate) ratios: Vec<f64>,
+    pub(crate) ratio: f64,
 }
 
 impl Paired {
     /// Medians of the slices' rates for a duration of `d` per side (at least two slices each);
     /// which side goes first alternates from round to round.
-    async fn run<S, F, Fut, T, G, Gut>(workers: u64, d: Duration, runtime: (S, F), floor: (T, G)) -> Paired
+    pub(crate) async fn run<S, F, Fut, T, G, Gut>(workers: u64, d: Duration, runtime: (S, F), floor: (T, G)) -> Paired
     where
         S: Clone + Send + 'static,
         F: Fn(S, u64, u64) -> Fut + Send + Sync + 'static,
@@ -241,14 +243,15 @@ async fn local_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     }))
 }
 
-/// Starts `count` node processes and a proxy driver joined to them; waits until every shard
-/// has a home.
-async fn cluster_of(
+/// Starts `count` node processes (with `extra` flags) and a proxy driver joined to them; waits
+/// until every shard has a home.
+pub(crate) async fn cluster_of(
     count: usize,
     shards: u32,
     what: &str,
     membership: &MembershipSpec,
     tls: bool,
+    extra: &[&str],
 ) -> Result<(Vec<NodeProc>, Vec<String>, Cluster, std::path::PathBuf), BoxError> {
     let dir = work_dir(what)?;
     let mut addrs = Vec::new();
@@ -261,6 +264,7 @@ async fn cluster_of(
     let mut nodes = Vec::new();
     for (i, addr) in addrs.iter().take(count).enumerate() {
         let mut flags = journal_flags(&dir);
+        flags.extend(extra.iter().map(|f| f.to_string()));
         flags.extend(certs.as_ref().map(|c| c.flags(&names[i])).unwrap_or_default());
         nodes.push(NodeProc::spawn(&names[i], addr, &seed, shards, &membership.to_string(), &dir, &flags)?);
         if i == 0 {
@@ -277,7 +281,11 @@ async fn cluster_of(
     Ok((nodes, addrs, driver, dir))
 }
 
-async fn settle<T: shardline::Entity>(h: &EntityHandle<T>, hosts: usize, limit: Duration) -> Result<(), BoxError> {
+pub(crate) async fn settle<T: shardline::Entity>(
+    h: &EntityHandle<T>,
+    hosts: usize,
+    limit: Duration,
+) -> Result<(), BoxError> {
     let start = Instant::now();
     loop {
         let per = shards_per_node(&h.shard_homes());
@@ -296,7 +304,7 @@ async fn remote_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let n = args.entities.unwrap_or(1_000).max(1);
     let d = Duration::from_secs(args.duration_secs);
     let shards = 1024;
-    let (_nodes, _addrs, driver, _dir) = cluster_of(1, shards, "bench-remote", &args.membership, args.tls).await?;
+    let (_nodes, _addrs, driver, _dir) = cluster_of(1, shards, "bench-remote", &args.membership, args.tls, &[]).await?;
     let echo: EntityHandle<Echo> = driver.register::<Echo>(EntitySettings::new("echo").shards(shards)).await?;
     settle(&echo, 1, Duration::from_secs(60)).await?;
     let refs = started_echoes(&echo, n).await?;
@@ -380,8 +388,8 @@ async fn idle_memory(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
         echo.entity_ref(format!("warm-{i}")).ask(0).await?;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    crate::heap::start();
-    let heap_before = crate::heap::live();
+    shardline_cli::heap::start();
+    let heap_before = shardline_cli::heap::live();
     let before = rss_bytes();
     let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
@@ -409,11 +417,11 @@ async fn idle_memory(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let in_memory = echo.local_entities() as u64;
     let active = echo.active_entities() as u64;
     let after = rss_bytes();
-    let heap_after = crate::heap::live();
+    let heap_after = shardline_cli::heap::live();
     Ok(json!({
         "scenario": "idle-memory",
         "heap_bytes_per_entity": (heap_after - heap_before) as f64 / n as f64,
-        "heap_peak_bytes": crate::heap::peak(),
+        "heap_peak_bytes": shardline_cli::heap::peak(),
         "entities": n,
         "entities_in_memory": in_memory,
         "entities_with_a_task": active,
@@ -426,7 +434,8 @@ async fn idle_memory(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
 async fn rebalance(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let n = args.entities.unwrap_or(100_000).max(1);
     let shards = 1024;
-    let (mut nodes, addrs, driver, dir) = cluster_of(3, shards, "bench-rebalance", &args.membership, false).await?;
+    let (mut nodes, addrs, driver, dir) =
+        cluster_of(3, shards, "bench-rebalance", &args.membership, false, &[]).await?;
     let accounts: Accounts = register_accounts(&driver, shards, &StrategyKind::LeastShards, None).await?;
     settle(accounts.entities(), 3, Duration::from_secs(60)).await?;
     let next = Arc::new(AtomicU64::new(0));
@@ -505,7 +514,7 @@ async fn all_shards_answer(
 
 async fn failover(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let shards = 256;
-    let (mut nodes, addrs, driver, dir) = cluster_of(3, shards, "bench-failover", &args.membership, false).await?;
+    let (mut nodes, addrs, driver, dir) = cluster_of(3, shards, "bench-failover", &args.membership, false, &[]).await?;
     let accounts: Accounts = register_accounts(&driver, shards, &StrategyKind::LeastShards, None).await?;
     settle(accounts.entities(), 3, Duration::from_secs(60)).await?;
     // Load in the background for the whole scenario.

@@ -272,7 +272,7 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let schema = format!("shardline_demo_{}_{stamp}", std::process::id());
     let store_desc = match &store {
-        StoreSpec::Postgres(url) => format!("{url}, schema {schema}"),
+        StoreSpec::Postgres(_) | StoreSpec::PostgresSplit(_) => format!("{store}, schema {schema}"),
         other => other.to_string(),
     };
     if matches!(store, StoreSpec::Memory) {

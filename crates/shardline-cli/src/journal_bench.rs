@@ -85,29 +85,60 @@ async fn floor(spec: &StoreSpec, schema: &str, rows: Vec<(String, u64, Vec<u8>)>
             tokio::task::spawn_blocking(move || shardline_sqlite::floor_insert(&path, &rows, WRITERS, synchronous))
                 .await??
         }
-        StoreSpec::Postgres(url) => postgres_floor(url, schema, &rows).await?,
+        StoreSpec::Postgres(url) => postgres_floor(url, schema, &rows, WRITERS).await?,
+        StoreSpec::PostgresSplit(urls) => {
+            // Each database's rows (as the journal splits them) into it, all at once, in
+            // transactions of its share of the writers.
+            let mut parts: Vec<Vec<(String, u64, Vec<u8>)>> = vec![Vec::new(); urls.len()];
+            for row in rows {
+                parts[shardline::journal::part_of(&row.0, urls.len())].push(row);
+            }
+            let per_transaction = WRITERS.div_ceil(urls.len());
+            let mut floors = Vec::new();
+            for (url, rows) in urls.iter().zip(parts) {
+                let (url, schema) = (url.clone(), schema.to_string());
+                floors.push(tokio::spawn(async move { postgres_floor(&url, &schema, &rows, per_transaction).await }));
+            }
+            let mut slowest = Duration::ZERO;
+            for f in floors {
+                slowest = slowest.max(f.await??);
+            }
+            slowest
+        }
         StoreSpec::Memory => return Err("the journal bench needs sqlite:// or postgres://".into()),
     };
     Ok(n / took.as_secs_f64())
 }
 
 #[cfg(feature = "postgres")]
-async fn postgres_floor(url: &str, schema: &str, rows: &[(String, u64, Vec<u8>)]) -> Result<Duration, BoxError> {
+async fn postgres_floor(
+    url: &str,
+    schema: &str,
+    rows: &[(String, u64, Vec<u8>)],
+    per_transaction: usize,
+) -> Result<Duration, BoxError> {
     let config = shardline_postgres::PostgresConfig::new(url).schema(schema);
-    Ok(shardline_postgres::floor_insert(&config, rows, WRITERS).await?)
+    Ok(shardline_postgres::floor_insert(&config, rows, per_transaction).await?)
 }
 
 #[cfg(not(feature = "postgres"))]
-async fn postgres_floor(url: &str, _schema: &str, _rows: &[(String, u64, Vec<u8>)]) -> Result<Duration, BoxError> {
+async fn postgres_floor(url: &str, _: &str, _: &[(String, u64, Vec<u8>)], _: usize) -> Result<Duration, BoxError> {
     Err(format!("--store {url} needs the `postgres` feature").into())
 }
 
 /// When a commit is on disk, for the JSON: SQLite's `synchronous` setting (the floor's too), or the
 /// PostgreSQL server's `fsync` and `synchronous_commit`, read from the server.
-async fn durability(spec: &StoreSpec, schema: &str) -> Result<String, BoxError> {
+pub(crate) async fn durability(spec: &StoreSpec, schema: &str) -> Result<String, BoxError> {
     Ok(match spec {
         StoreSpec::Sqlite { synchronous, .. } => format!("synchronous={}", synchronous.as_str()),
         StoreSpec::Postgres(url) => postgres_durability(url, schema).await?,
+        StoreSpec::PostgresSplit(urls) => {
+            let mut each = Vec::new();
+            for url in urls {
+                each.push(postgres_durability(url, schema).await?);
+            }
+            each.join("; ")
+        }
         StoreSpec::Memory => "memory".into(),
     })
 }
@@ -124,7 +155,7 @@ async fn postgres_durability(url: &str, _schema: &str) -> Result<String, BoxErro
 }
 
 /// Removes what the run wrote: the SQLite file's directory, or the PostgreSQL schema.
-async fn cleanup(spec: &StoreSpec, schema: &str) {
+pub(crate) async fn cleanup(spec: &StoreSpec, schema: &str) {
     match spec {
         StoreSpec::Sqlite { path, .. } => {
             for suffix in ["", "-wal", "-shm"] {
@@ -132,6 +163,11 @@ async fn cleanup(spec: &StoreSpec, schema: &str) {
             }
         }
         StoreSpec::Postgres(url) => drop_postgres_schema(url, schema).await,
+        StoreSpec::PostgresSplit(urls) => {
+            for url in urls {
+                drop_postgres_schema(url, schema).await;
+            }
+        }
         StoreSpec::Memory => {}
     }
 }
@@ -187,6 +223,39 @@ async fn recovery(journal: &Arc<dyn Journal>, run: usize) -> Result<(f64, f64), 
     Ok((recover(journal, &plain).await?, recover(journal, &snapped).await?))
 }
 
+/// One store's figures: medians and every run's.
+struct Measured {
+    appends: Vec<f64>,
+    floors: Vec<f64>,
+    recovery: Vec<f64>,
+    recovery_snapshot: Vec<f64>,
+}
+
+/// `--runs` runs of appends against their floor on `spec`, with a recovery after each.
+async fn measure(spec: &StoreSpec, schema: &str, args: &BenchArgs) -> Result<Measured, BoxError> {
+    let journal = store::open(spec, schema).await?;
+    journal.raise_fence(&fence()).await?;
+    let per_writer = args.entities.unwrap_or(1_000).max(1);
+    let mut m =
+        Measured { appends: Vec::new(), floors: Vec::new(), recovery: Vec::new(), recovery_snapshot: Vec::new() };
+    for run in 0..args.runs.clamp(1, 100) as usize {
+        // Alternate which goes first, so that neither always meets a warmer cache.
+        let (ops, floor_ops) = if run % 2 == 0 {
+            let ops = appends(&journal, run, per_writer).await?;
+            (ops, floor(spec, schema, rows(run, per_writer)).await?)
+        } else {
+            let floor_ops = floor(spec, schema, rows(run, per_writer)).await?;
+            (appends(&journal, run, per_writer).await?, floor_ops)
+        };
+        m.appends.push(ops);
+        m.floors.push(floor_ops);
+        let (r, s) = recovery(&journal, run).await?;
+        m.recovery.push(r);
+        m.recovery_snapshot.push(s);
+    }
+    Ok(m)
+}
+
 pub async fn journal(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let spec = match &args.store {
         Some(s) => s.clone(),
@@ -196,42 +265,64 @@ pub async fn journal(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
         },
     };
     let schema = format!("shardline_bench_{}", std::process::id());
-    let journal = store::open(&spec, &schema).await?;
-    journal.raise_fence(&fence()).await?;
-    let per_writer = args.entities.unwrap_or(1_000).max(1);
-    let (mut ours, mut floors, mut rec, mut rec_snap) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for run in 0..args.runs.clamp(1, 100) as usize {
-        // Alternate which goes first, so that neither always meets a warmer cache.
-        let (ops, floor_ops) = if run % 2 == 0 {
-            let ops = appends(&journal, run, per_writer).await?;
-            (ops, floor(&spec, &schema, rows(run, per_writer)).await?)
-        } else {
-            let floor_ops = floor(&spec, &schema, rows(run, per_writer)).await?;
-            (appends(&journal, run, per_writer).await?, floor_ops)
-        };
-        ours.push(ops);
-        floors.push(floor_ops);
-        let (r, s) = recovery(&journal, run).await?;
-        rec.push(r);
-        rec_snap.push(s);
+    // A journal split over several databases is measured on its first database alone too, each
+    // against as many raw floors as it has databases.
+    let mut stores = Vec::new();
+    if let StoreSpec::PostgresSplit(urls) = &spec {
+        stores.extend(urls.first().map(|u| StoreSpec::Postgres(u.clone())));
     }
-    drop(journal);
-    let durability = durability(&spec, &schema).await?;
-    cleanup(&spec, &schema).await;
-    let (ops, base) = (median(ours.clone()), median(floors.clone()));
+    stores.push(spec.clone());
+    let mut by_databases = Vec::new();
+    let mut last = None;
+    for store in &stores {
+        let schema = format!("{schema}_{}", databases(store));
+        let measured = measure(store, &schema, args).await;
+        let durability = durability(store, &schema).await;
+        cleanup(store, &schema).await;
+        let (m, durability) = (measured?, durability?);
+        let (ops, base) = (median(m.appends.clone()), median(m.floors.clone()));
+        by_databases.push(json!({
+            "databases": databases(store),
+            "durability": durability,
+            "appends_per_s": ops,
+            "baseline_appends_per_s": base,
+            "ratio": if base > 0.0 { ops / base } else { 0.0 },
+        }));
+        last = Some((m, durability));
+    }
+    let (m, durability) = last.ok_or("no store measured")?;
+    let (ops, base) = (median(m.appends.clone()), median(m.floors.clone()));
     Ok(json!({
         "scenario": "journal",
         "store": spec.kind(),
+        "databases": databases(&spec),
         "durability": durability,
         "writers": WRITERS,
-        "appends_per_writer": per_writer,
+        "appends_per_writer": args.entities.unwrap_or(1_000).max(1),
         "appends_per_s": ops,
         "baseline_appends_per_s": base,
-        "baseline": format!("the same rows inserted raw in the order the writers produce them, {WRITERS} per transaction"),
+        "baseline": format!(
+            "the same rows inserted raw in the order the writers produce them, {WRITERS} per transaction, \
+             each database's rows into it at once"
+        ),
         "ratio": if base > 0.0 { ops / base } else { 0.0 },
+        "by_databases": by_databases,
         "recovery_events": EVENTS_TO_RECOVER,
-        "recovery_ms": median(rec.clone()),
-        "recovery_snapshot_ms": median(rec_snap.clone()),
-        "runs": { "appends_per_s": ours, "baseline_appends_per_s": floors, "recovery_ms": rec, "recovery_snapshot_ms": rec_snap },
+        "recovery_ms": median(m.recovery.clone()),
+        "recovery_snapshot_ms": median(m.recovery_snapshot.clone()),
+        "runs": {
+            "appends_per_s": m.appends,
+            "baseline_appends_per_s": m.floors,
+            "recovery_ms": m.recovery,
+            "recovery_snapshot_ms": m.recovery_snapshot,
+        },
     }))
+}
+
+/// How many databases a store spans.
+fn databases(spec: &StoreSpec) -> usize {
+    match spec {
+        StoreSpec::PostgresSplit(urls) => urls.len(),
+        _ => 1,
+    }
 }

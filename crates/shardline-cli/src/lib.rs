@@ -2,6 +2,7 @@
 
 pub mod account;
 pub mod attempts;
+pub mod heap;
 pub mod history;
 pub mod membership;
 pub use membership::redacted;
@@ -14,7 +15,7 @@ use shardline::entity::{EventSourcedHandle, EventSourcedSettings};
 use shardline::journal::Journal;
 use shardline::{Cluster, ConfigError, EntitySettings, StrategyKind};
 
-pub use account::{Account, AccountCmd, AccountReply, Echo};
+pub use account::{Account, AccountCmd, AccountReply, Echo, MemoryAccount};
 
 /// Settings of the demo's account type.
 pub fn account_settings(shards: u32) -> EntitySettings {
@@ -34,10 +35,20 @@ pub async fn register_accounts(
     strategy: &StrategyKind,
     journal: Option<Arc<dyn Journal>>,
 ) -> Result<Accounts, ConfigError> {
-    let mut settings = account_settings(shards).strategy(strategy.clone());
-    if let Some(j) = journal {
-        settings = settings.journal(j);
+    register_accounts_with(cluster, account_type(shards, strategy, journal)).await
+}
+
+/// The account type's settings: [`account_settings`] with a strategy, and a journal on a node.
+pub fn account_type(shards: u32, strategy: &StrategyKind, journal: Option<Arc<dyn Journal>>) -> EntitySettings {
+    let settings = account_settings(shards).strategy(strategy.clone());
+    match journal {
+        Some(j) => settings.journal(j),
+        None => settings,
     }
+}
+
+/// Registers the account type with these settings.
+pub async fn register_accounts_with(cluster: &Cluster, settings: EntitySettings) -> Result<Accounts, ConfigError> {
     cluster.register_event_sourced::<Account>(settings, EventSourcedSettings::default()).await
 }
 

@@ -276,7 +276,7 @@ async fn ask_retrying(
     let mut attempts = Attempts::default();
     loop {
         let accounts = caller.accounts();
-        let timeout = accounts.entities().ask_timeout();
+        let timeout = accounts.entities().default_ask_timeout();
         match accounts.ask_timeout(&id, cmd.clone(), request_id.clone(), timeout).await {
             Ok(r) => return Ok(r),
             Err(e) => {

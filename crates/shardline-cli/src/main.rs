@@ -5,19 +5,20 @@ mod args;
 mod bench;
 mod check;
 mod demo;
+mod durable_bench;
 mod external_load;
 mod false_downs;
 mod floors;
-mod heap;
 mod journal_bench;
 mod load;
 mod node;
 mod procs;
+mod remember_bench;
 
 use clap::Parser;
 
 #[global_allocator]
-static ALLOCATOR: heap::Counting = heap::Counting;
+static ALLOCATOR: shardline_cli::heap::Counting = shardline_cli::heap::Counting;
 
 fn init_logs(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -92,7 +93,7 @@ fn main() {
             }
             args::Command::EchoServer { bind } => floors::echo_server(&bind).await,
             args::Command::Certs { out, nodes, days } => {
-                match shardline::transport::tls::dev::write_dev_certs(&out, &nodes, days) {
+                match shardline::dev_certs::write_dev_certs(&out, &nodes, days) {
                     Ok(files) => {
                         for f in files {
                             println!("{}", f.display());

@@ -16,16 +16,23 @@ use crate::args::NodeArgs;
 use shardline::membership::lease::LeaseConfig;
 use shardline::GossipConfig;
 use shardline_cli::membership::{lease_config, provider_with};
-use shardline_cli::{register_accounts, store, Echo};
+use shardline_cli::{account_type, register_accounts_with, store, Echo};
 
-/// The entity types every demo node serves; accounts keep their journal in `journal`.
+/// The entity types every demo node serves; accounts keep their journal in `journal`, and are
+/// remembered (restarted where their shard starts, at most `remember` per second) when it says.
 pub async fn register_all(
     cluster: &Cluster,
     shards: u32,
     strategy: &StrategyKind,
     journal: Arc<dyn Journal>,
+    remember: Option<u32>,
 ) -> Result<(), shardline::ConfigError> {
-    register_accounts(cluster, shards, strategy, Some(journal)).await?;
+    let accounts = account_type(shards, strategy, Some(journal));
+    let accounts = match remember {
+        Some(per_second) => accounts.remember_entities(per_second),
+        None => accounts,
+    };
+    register_accounts_with(cluster, accounts).await?;
     cluster.register::<Echo>(EntitySettings::new("echo").shards(shards)).await?;
     Ok(())
 }
@@ -64,7 +71,9 @@ async fn start(args: &NodeArgs, journal: &Arc<dyn Journal>, rejoining: bool) -> 
         b = b.tls(tls);
     }
     let cluster = b.build().await.map_err(|e| e.to_string())?;
-    register_all(&cluster, args.shards, &args.strategy.0, journal.clone()).await.map_err(|e| e.to_string())?;
+    register_all(&cluster, args.shards, &args.strategy.0, journal.clone(), args.remember_entities)
+        .await
+        .map_err(|e| e.to_string())?;
     Ok(cluster)
 }
 

@@ -1,6 +1,5 @@
 //! Node processes started by the demo and the benchmarks; all are killed when dropped.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
@@ -73,10 +72,7 @@ pub fn journal_flags(dir: &std::path::Path) -> Vec<String> {
     vec!["--store".into(), format!("sqlite://{}", dir.join("journal.db").display())]
 }
 
-/// A free loopback port (bound then released; good enough on one machine).
-pub fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
+pub use shardline::ports::free_port;
 
 /// A fresh directory for logs.
 pub fn work_dir(what: &str) -> std::io::Result<PathBuf> {
@@ -95,7 +91,7 @@ impl RunCerts {
     /// A new CA and a certificate for each of `names`, in `dir/certs`.
     pub fn make(dir: &std::path::Path, names: &[String]) -> Result<RunCerts, String> {
         let dir = dir.join("certs");
-        shardline::transport::tls::dev::write_dev_certs(&dir, names, 1).map_err(|e| e.to_string())?;
+        shardline::dev_certs::write_dev_certs(&dir, names, 1).map_err(|e| e.to_string())?;
         Ok(RunCerts { dir })
     }
 

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use shardline::journal::{InMemoryJournal, Journal};
+use shardline::journal::{InMemoryJournal, Journal, SplitJournal};
 use shardline_sqlite::{SqliteJournal, SqliteOptions, Synchronous};
 
 /// A parsed `--store` value.
@@ -23,6 +23,29 @@ pub enum StoreSpec {
     },
     /// PostgreSQL at this URL.
     Postgres(String),
+    /// One journal split over these PostgreSQL databases (`URL,URL,…`, the same list in the
+    /// same order on every node; see `SplitJournal`).
+    PostgresSplit(Vec<String>),
+}
+
+/// Whether `s` is a PostgreSQL URL (a scheme and something after it).
+fn is_postgres(s: &str) -> bool {
+    ["postgres://", "postgresql://"].iter().any(|p| s.len() > p.len() && s.starts_with(p))
+}
+
+/// `URL,URL,…` cut before each comma that starts another PostgreSQL URL (a comma inside one, as
+/// in a list of hosts, stays).
+fn postgres_list(s: &str) -> Vec<&str> {
+    let mut cuts: Vec<usize> = s.match_indices(',').map(|(i, _)| i).filter(|i| is_postgres(&s[i + 1..])).collect();
+    cuts.push(s.len());
+    let mut start = 0;
+    cuts.into_iter()
+        .map(|end| {
+            let url = &s[start..end];
+            start = end + 1;
+            url
+        })
+        .collect()
 }
 
 impl std::str::FromStr for StoreSpec {
@@ -46,8 +69,12 @@ impl std::str::FromStr for StoreSpec {
                 }
             }
             Ok(StoreSpec::Sqlite { path: path.to_string(), synchronous })
-        } else if ["postgres://", "postgresql://"].iter().any(|p| s.len() > p.len() && s.starts_with(p)) {
-            Ok(StoreSpec::Postgres(s.to_string()))
+        } else if is_postgres(s) {
+            let urls = postgres_list(s);
+            match urls.as_slice() {
+                [one] => Ok(StoreSpec::Postgres(one.to_string())),
+                many => Ok(StoreSpec::PostgresSplit(many.iter().map(|u| u.to_string()).collect())),
+            }
         } else {
             Err(format!("expected memory, sqlite://PATH or postgres://USER@HOST:PORT/DATABASE, got {s:?}"))
         }
@@ -63,6 +90,7 @@ impl std::fmt::Display for StoreSpec {
                 write!(f, "sqlite://{path}?synchronous=normal")
             }
             StoreSpec::Postgres(u) => f.write_str(u),
+            StoreSpec::PostgresSplit(urls) => f.write_str(&urls.join(",")),
         }
     }
 }
@@ -73,7 +101,7 @@ impl StoreSpec {
         match self {
             StoreSpec::Memory => "memory",
             StoreSpec::Sqlite { .. } => "sqlite",
-            StoreSpec::Postgres(_) => "postgres",
+            StoreSpec::Postgres(_) | StoreSpec::PostgresSplit(_) => "postgres",
         }
     }
 }
@@ -95,6 +123,14 @@ pub async fn open(spec: &StoreSpec, schema: &str) -> Result<Arc<dyn Journal>, St
             Ok(Arc::new(journal))
         }
         StoreSpec::Postgres(url) => postgres(url, schema).await,
+        StoreSpec::PostgresSplit(urls) => {
+            let mut parts = Vec::new();
+            for url in urls {
+                parts.push(postgres(url, schema).await?);
+            }
+            let split = SplitJournal::new(parts).ok_or_else(|| "a journal split over no database".to_string())?;
+            Ok(Arc::new(split))
+        }
     }
 }
 
@@ -140,5 +176,14 @@ mod tests {
         let normal = sqlite("a.db", Synchronous::Normal);
         assert_eq!(normal.to_string().parse(), Ok(normal), "a spec survives its display (nodes get it so)");
         assert_eq!(schema_name("Shardline-demo.1"), "shardline_demo_1");
+        // Several databases: cut before each URL, a list of hosts inside one kept.
+        let two = "postgres://postgres@127.0.0.1:5432/test,postgresql://u@h1:1,h2:2/db?x=1";
+        let split = StoreSpec::PostgresSplit(vec![
+            "postgres://postgres@127.0.0.1:5432/test".into(),
+            "postgresql://u@h1:1,h2:2/db?x=1".into(),
+        ]);
+        assert_eq!(two.parse(), Ok(split.clone()));
+        assert_eq!(split.to_string(), two, "a list survives its display");
+        assert_eq!("postgres://h1:1,h2:2/db".parse(), Ok(StoreSpec::Postgres("postgres://h1:1,h2:2/db".into())));
     }
 }

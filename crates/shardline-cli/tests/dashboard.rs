@@ -16,7 +16,7 @@ const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    shardline::ports::free_port().unwrap()
 }
 
 /// A child process, killed with SIGKILL when dropped.

@@ -34,7 +34,7 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 const TTL: Duration = Duration::from_secs(5);
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    shardline::ports::free_port().unwrap()
 }
 
 struct Node {

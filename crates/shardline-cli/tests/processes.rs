@@ -14,7 +14,7 @@ use deposits::{deposit_until_stopped, Acked};
 const SHARDS: u32 = 64;
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    shardline::ports::free_port().unwrap()
 }
 
 struct Node(Child);
@@ -357,8 +357,12 @@ async fn leave_with_the_only_peer_frozen(second_signal: bool) {
     } else {
         assert_eq!(code, Some(0), "node log:\n{text}");
         // No leader for 5 s, or the frozen peer declared down first (about as long): either
-        // way the shards stop here.
-        assert!(text.contains("leaving without hand-off"), "node log:\n{text}");
+        // way the shards stop here. Or the resolver downs this node first, the frozen leader
+        // holding the lowest node: its hosting ends, which stops them here too.
+        assert!(
+            text.contains("leaving without hand-off") || text.contains("hosting ended during the leave"),
+            "node log:\n{text}"
+        );
     }
     signal(&n2, libc::SIGCONT);
     let _ = std::fs::remove_dir_all(&dir);

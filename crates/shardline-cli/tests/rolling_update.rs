@@ -62,7 +62,7 @@ fn previous_build() -> PathBuf {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    shardline::ports::free_port().unwrap()
 }
 
 struct Node {

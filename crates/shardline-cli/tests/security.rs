@@ -16,7 +16,7 @@ impl Drop for Node {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    shardline::ports::free_port().unwrap()
 }
 
 fn dir(what: &str) -> PathBuf {

@@ -12,12 +12,14 @@
 //!
 //! | concept | type |
 //! |---|---|
+//! | how a driver runs an engine: commands out, one timer in | [`Engine`] |
 //! | names and the entity → shard hash | [`TypeKey`], [`EntityId`], [`ShardId`], [`NodeId`], [`shard_of`] |
 //! | membership | [`MembershipView`], [`Member`], [`MemberStatus`], [`RebalanceHold`] |
 //! | where shards live | [`ShardMap`], [`ShardHome`], [`Epoch`] |
 //! | where shards should live | [`AllocationStrategy`]: [`LeastShards`], [`VersionAware`], [`ConsistentHash`], [`Ranges`], [`External`] |
+//! | a hosted shard's entities: running, idle, stopping, handed over | [`host::HostEngine`] |
 //! | moving shards | [`CoordinatorEngine`] (on the leader), [`RegionEngine`] (on every node), [`Departure`] (a graceful leave) |
-//! | who is alive | [`PhiAccrualDetector`], [`lease::LeaseEngine`] (membership on a coordination store), [`gossip::GossipEngine`] (SWIM) |
+//! | who is alive | [`lease::LeaseEngine`] (membership on a coordination store), [`gossip::GossipEngine`] (SWIM) |
 //! | who survives a partition | [`SplitBrainPolicy`] |
 //! | what happened | [`DomainEvent`], [`ClusterReadModel`] |
 //!
@@ -34,9 +36,10 @@
 pub mod allocation;
 pub mod coordinator;
 pub mod departure;
+pub mod engine;
 pub mod events;
-pub mod failure_detector;
 pub mod gossip;
+pub mod host;
 pub mod id;
 pub mod lease;
 pub mod membership;
@@ -50,14 +53,16 @@ pub use allocation::{
     AllocationStrategy, ConsistentHash, External, LeastShards, Move, Plan, PlanProblem, Ranges, RoundLimit,
     VersionAware,
 };
-pub use coordinator::{CoordinatorCommand, CoordinatorConfig, CoordinatorEngine};
+pub use coordinator::{
+    AssignError, CoordinatorCommand, CoordinatorConfig, CoordinatorEngine, MapLoadError, MapWriteError,
+};
 pub use departure::{Departure, DepartureStep, StopReason};
+pub use engine::Engine;
 pub use events::{DomainEvent, RebalanceReason};
-pub use failure_detector::{PhiAccrualConfig, PhiAccrualDetector};
 pub use id::{shard_of, EntityId, NodeId, ShardId, TypeKey};
 pub use membership::{AppVersion, Member, MemberStatus, MembershipError, MembershipView, RebalanceHold, PROXY_ROLE};
 pub use protocol::{BounceReason, RegionMessage, ToCoordinator, ToRegion};
 pub use read_models::{ClusterReadModel, NodeHealth, RebalancingStatus};
-pub use region::{RegionCommand, RegionConfig, RegionEngine, RejectReason, Route};
+pub use region::{RegionCommand, RegionConfig, RegionEngine, RejectReason, Route, SendFailure};
 pub use shard_map::{Epoch, MapError, ShardHome, ShardMap, ShardSlot, Term};
 pub use split_brain::{SplitBrainDecision, SplitBrainPolicy};

@@ -85,7 +85,7 @@ pub enum ToRegion {
     },
     /// To the new owner, just before the announcement of its new home: the state the previous
     /// owner handed over.
-    Handover {
+    HandedState {
         /// Coordinator term.
         term: Term,
         /// The shard.
@@ -114,7 +114,7 @@ impl ToRegion {
             | ToRegion::Welcome { term, .. }
             | ToRegion::ShardHomes { term, .. }
             | ToRegion::BeginHandOff { term, .. }
-            | ToRegion::Handover { term, .. }
+            | ToRegion::HandedState { term, .. }
             | ToRegion::HandOff { term, .. } => *term,
         }
     }

@@ -3,6 +3,7 @@
 mod common;
 
 use common::*;
+use shardline_core::Engine;
 use shardline_core::{CoordinatorCommand, DomainEvent, Epoch, ShardHome, ShardId};
 
 /// Two shards on "a" alone, then "b" joins: one shard must move a → b by hand-off.
@@ -36,7 +37,7 @@ fn begin_hand_off_then_hand_off_then_announce() {
     let home = ShardHome { owner: node("b"), epoch: Epoch { term: 1, seq: epoch.seq + 1 } };
     let cmds = drain(&mut c);
     let handover =
-        CoordinatorCommand::SendHandover { to: node("b"), shard: s, epoch: home.epoch, data: b"state".to_vec() };
+        CoordinatorCommand::SendHandedState { to: node("b"), shard: s, epoch: home.epoch, data: b"state".to_vec() };
     let announce =
         CoordinatorCommand::AnnounceShardHomes { to: vec![node("a"), node("b")], homes: vec![(s, home.clone())] };
     let pos = |c: &CoordinatorCommand| cmds.iter().position(|x| x == c);

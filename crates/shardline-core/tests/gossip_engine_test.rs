@@ -6,6 +6,7 @@ mod gossip_net;
 
 use gossip_net::{id, Net};
 use shardline_core::gossip::{GossipCommand, GossipConfig, GossipEngine, GossipEvent};
+use shardline_core::Engine;
 use shardline_core::{MemberStatus, NodeId, SplitBrainPolicy};
 
 #[test]

@@ -170,3 +170,45 @@ fn without_a_resolver_hosting_is_not_bounded() {
     net.run(1_000);
     assert_eq!(net.nodes[&addr("a")].hosting_until(), None);
 }
+
+/// A member paused before it heard of any leader wakes to a cluster it never probed, which has
+/// downed it meanwhile; what it reads first (written before it was downed) names the leader and
+/// the only member it knew as down. It may not host: it has been a member for longer than the
+/// bound, so every member it knows counts, and none has answered it. (Counting only members
+/// known for the bound, it counted none, and was a majority of one.)
+#[test]
+fn a_member_paused_before_it_heard_of_a_leader_may_not_host_when_it_wakes() {
+    let mut net = Net::new();
+    net.start_with("a", 1, &[], GossipConfig::default());
+    net.start_with("c", 3, &["a"], GossipConfig::default());
+    // b cannot reach a yet: b and e join each other and form nothing.
+    net.cut.insert((addr("b"), addr("a")));
+    net.start_with("b", 2, &["a"], GossipConfig::default());
+    net.start_with("e", 5, &["b"], GossipConfig::default());
+    net.run(6_000);
+    assert!(net.logged("e", &GossipEvent::Joined), "e joined b: {:?}", net.events);
+    assert!(!may_host(&net, "e"), "e hosts in no formed cluster");
+    // e stops; b reaches a, and a's cluster learns of e from b; then b crashes.
+    net.paused.insert(addr("e"));
+    net.cut.clear();
+    let e = NodeId::new("e", 5);
+    while net.view("a").view.get(&e).is_none() && net.now < 20_000 {
+        net.run(net.now + 50);
+    }
+    assert!(net.view("a").view.get(&e).is_some(), "a learned of e from b: {:?}", net.events);
+    net.crashed.insert(addr("b"));
+    assert!(time_until_down(&mut net, "a", &e, 30_000).is_some(), "a downs the paused e: {:?}", net.events);
+    net.wake("e");
+    let woke = net.now;
+    while net.now < woke + 5_000 {
+        net.run(net.now + 1);
+        let of_e: Vec<_> = net.events.iter().filter(|(a, _)| *a == addr("e")).collect();
+        assert!(
+            !may_host(&net, "e"),
+            "e hosts at {} ({} ms after it woke): {:?} {of_e:?}",
+            net.now,
+            net.now - woke,
+            net.view("e")
+        );
+    }
+}

@@ -5,6 +5,7 @@ use shardline_core::lease::{
     LeaderRecord, LeaseCommand, LeaseConfig, LeaseEngine, LeaseEvent, LeaseKeys, MemberRecord, StoreAnswer, StoreOp,
     StoreValue, StoredEntry,
 };
+use shardline_core::Engine;
 use shardline_core::{MemberStatus, NodeId};
 
 const TTL: u64 = 3_000;
@@ -372,4 +373,42 @@ fn a_leader_key_of_this_node_with_an_unknown_age_is_let_expire() {
     let (cmds, _) = drain(&mut e);
     assert!(!cmds.iter().any(|c| matches!(c, LeaseCommand::Log(LeaseEvent::Leads { .. }))), "{cmds:?}");
     assert_eq!(e.view(6).leader, None);
+}
+
+#[test]
+fn exit_deletes_the_member_key_and_renews_nothing_more() {
+    let mut e = engine(0);
+    let (id, _) = joined(&mut e, 5);
+    e.handle_exit(6);
+    assert!(e.is_fenced() && e.is_exiting());
+    // The operation in flight is no longer wanted: the exit's delete replaces it.
+    e.handle_answer(7, id, StoreAnswer::Entry(None));
+    let (_, op) = drain(&mut e);
+    let (id, op) = op.expect("the exit deletes its keys");
+    assert_eq!(op, StoreOp::Delete { key: "c/members/a".into(), revision: Some(10) });
+    e.handle_answer(8, id, StoreAnswer::Deleted);
+    // It held no leader key and no slot: nothing more to delete, and nothing is renewed.
+    assert!(drain(&mut e).1.is_none());
+    assert!(!e.is_exiting());
+    let later = e.poll_timeout().unwrap_or(100_000).max(100_000);
+    e.handle_timeout(later);
+    assert!(drain(&mut e).1.is_none(), "an exited node writes nothing more");
+    e.handle_leave(later + 1);
+    assert!(drain(&mut e).1.is_none(), "nor does leaving after the exit");
+}
+
+#[test]
+fn leave_writes_the_member_record_as_leaving_at_once() {
+    let mut e = engine(0);
+    let (id, _) = joined(&mut e, 5);
+    e.handle_answer(6, id, StoreAnswer::Failed("busy".into()));
+    drain(&mut e);
+    e.handle_leave(7);
+    let (_, op, _) = until_op(&mut e, 7, |op| matches!(op, StoreOp::Refresh { .. }));
+    let StoreOp::Refresh { key, value, .. } = op else { unreachable!() };
+    assert_eq!(key, "c/members/a");
+    assert!(
+        matches!(value, StoreValue::Member(ref m) if m.status == MemberStatus::Leaving),
+        "the renewal says Leaving: {value:?}"
+    );
 }

@@ -10,6 +10,7 @@ use shardline_core::lease::{
     LeaderRecord, LeaseCommand, LeaseConfig, LeaseEngine, LeaseEvent, LeaseKeys, MemberRecord, PeerChecks,
     SplitBrainRecord, StoreAnswer, StoreOp, StoreValue,
 };
+use shardline_core::Engine;
 use shardline_core::NodeId;
 use store::{Store, Stored};
 

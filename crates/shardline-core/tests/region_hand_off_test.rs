@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use shardline_core::Engine;
 use shardline_core::{BounceReason, Epoch, RegionCommand, RegionMessage, ShardHome, ShardId, ToCoordinator, ToRegion};
 
 const S: ShardId = ShardId(0);

@@ -3,6 +3,7 @@
 mod common;
 
 use common::*;
+use shardline_core::Engine;
 use shardline_core::{
     Epoch, RegionCommand, RegionMessage, RejectReason, Route, ShardHome, ShardId, ToCoordinator, ToRegion,
 };

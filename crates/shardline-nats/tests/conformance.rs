@@ -44,7 +44,7 @@ async fn nats_outage_is_a_typed_error_then_recovers() {
 /// both in its URL, and not with a wrong password, without the CA, or trusting another CA.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_over_tls_with_a_password() {
-    use shardline::transport::tls::dev::DevCa;
+    use shardline::dev_certs::DevCa;
     let ca = DevCa::new("test CA").expect("a CA");
     let other = DevCa::new("another CA").expect("a CA");
     let cert = ca.node("localhost", 1).expect("a certificate");

@@ -6,7 +6,8 @@ use shardline::journal::{AppendRequest, JournalError};
 use shardline_core::Epoch;
 use tokio_postgres::Client;
 
-use crate::{col, db, to_i64, to_u64};
+use crate::connection::db;
+use crate::sql::{col, to_i64, to_u64};
 
 /// Every check and write of an append in one statement: nothing is written unless the fence and
 /// the expected sequence number allow it and its request id has no recorded reply yet, and the

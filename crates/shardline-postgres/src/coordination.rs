@@ -171,7 +171,7 @@ impl Link {
         let (config, client) = (&self.config, &mut self.client);
         let r = tokio::time::timeout_at(deadline, async {
             if client.as_ref().is_none_or(Client::is_closed) {
-                *client = Some(crate::connect(config).await.map_err(from_journal)?);
+                *client = Some(crate::connection::connect(config).await.map_err(from_journal)?);
             }
             match client.as_mut() {
                 Some(c) => f(c).await,

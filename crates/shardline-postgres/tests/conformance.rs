@@ -81,7 +81,7 @@ async fn a_schema_from_a_newer_version_is_refused() {
 /// A server that cannot be reached is `Unavailable`, promptly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_server_is_unavailable() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = shardline::ports::free_port().unwrap();
     let config = PostgresConfig::new(format!("postgres://postgres@127.0.0.1:{port}/test"));
     let r = PostgresJournal::connect(config).await;
     assert!(matches!(r, Err(JournalError::Unavailable(_))), "{:?}", r.err());

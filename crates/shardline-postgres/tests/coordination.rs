@@ -79,7 +79,7 @@ async fn nodes_that_start_together_all_open_a_fresh_schema() {
 /// identifier is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_reports_an_unreachable_server_and_a_bad_schema() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = shardline::ports::free_port().unwrap();
     let r = PostgresStore::connect(&format!("postgres://postgres@127.0.0.1:{port}/test"), "s", Duration::from_secs(2))
         .await;
     assert!(matches!(r, Err(StoreError::Unavailable(_))), "{:?}", r.err());

@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use common::Server;
-use shardline::transport::tls::dev::DevCa;
+use shardline::dev_certs::DevCa;
 use shardline_postgres::{PostgresConfig, PostgresJournal};
 
 async fn connects(url: &str) -> Result<(), String> {

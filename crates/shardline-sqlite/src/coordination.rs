@@ -28,7 +28,8 @@ use shardline::membership::BoxFuture;
 use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
 
-use crate::{is_busy, now_ms, OPEN_WAIT};
+use crate::connection::{is_busy, OPEN_WAIT};
+use crate::sql::now_ms;
 
 /// How often a watch polls the change log (and looks for expired keys).
 const POLL: Duration = Duration::from_millis(100);

@@ -7,6 +7,7 @@
 //! value). The entries run the node's own code: the frame reader, the message decoders, the
 //! handshake's rules, the gossip engine and the lease value decoders.
 
+use shardline_core::Engine;
 use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
@@ -24,8 +25,8 @@ use crate::membership::lease::shard_maps::{decode_map, encode_map};
 use crate::membership::lease::values::{decode_entry, encode_value};
 use crate::membership::lease::Entry;
 use crate::membership::PeerLink;
-use crate::sharding::envelope::{ReplyAddr, WireEnvelope};
 use crate::sharding::message::PeerMessage;
+use crate::sharding::message::{ReplyAddr, WireEnvelope};
 use crate::transport::handshake::{accept_answer, accept_hello, unreadable_hello};
 use crate::transport::{read_frame, Wire, DEFAULT_MAX_FRAME};
 
@@ -86,7 +87,7 @@ impl Engines {
 
     fn take(&mut self, now: u64, msg: PeerMessage) {
         match msg {
-            PeerMessage::Gossip(data) => {
+            PeerMessage::Membership(data) => {
                 if let Some(g) = &mut self.gossip {
                     g.handle_data(now, &data);
                 }
@@ -98,8 +99,8 @@ impl Engines {
                 }
             }
             PeerMessage::ToRegion { msg, .. } => {
-                if let ToRegion::Handover { data, .. } = &msg {
-                    let _ = crate::sharding::host::decode_handover(data);
+                if let ToRegion::HandedState { data, .. } = &msg {
+                    let _ = shardline_core::host::decode_handover(data);
                 }
                 self.region.handle_coordinator_message(now, &self.peer, msg);
             }
@@ -281,7 +282,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     };
     let epoch = shardline_core::Epoch { term: 3, seq: 4 };
     let mut messages = vec![
-        ("gossip-ping", PeerMessage::Gossip(ping)),
+        ("gossip-ping", PeerMessage::Membership(ping)),
         (
             "register",
             PeerMessage::ToCoordinator {
@@ -300,7 +301,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             "handover",
             PeerMessage::ToRegion {
                 type_key: t.clone(),
-                msg: ToRegion::Handover {
+                msg: ToRegion::HandedState {
                     term: 3,
                     shard: ShardId(2),
                     epoch,
@@ -322,7 +323,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         ),
     ];
     for (i, data) in gossip_data.into_iter().enumerate() {
-        messages.push((if i == 0 { "gossip-swim" } else { "gossip-swim-more" }, PeerMessage::Gossip(data)));
+        messages.push((if i == 0 { "gossip-swim" } else { "gossip-swim-more" }, PeerMessage::Membership(data)));
     }
     let mut out = Vec::new();
     let framed = |w: &Wire<PeerMessage>| {

@@ -25,8 +25,8 @@ use crate::format::{decode, encode, encode_as, Stored};
 use crate::membership::lease::keepalive::KeepAlive;
 use crate::membership::lease::shard_maps::{encode_map, StoredMap};
 use crate::membership::lease::values::{SlotHolder, TermCounter};
-use crate::sharding::envelope::{ReplyAddr, WireEnvelope};
 use crate::sharding::message::PeerMessage;
+use crate::sharding::message::{ReplyAddr, WireEnvelope};
 use crate::transport::{Wire, OLDEST_PROTOCOL, PROTOCOL_VERSION};
 use crate::Error;
 
@@ -79,7 +79,7 @@ fn read_frame(bytes: &[u8]) -> Result<Vec<u8>, String> {
         _ => Err("a nested encoding reads back otherwise".to_string()),
     };
     match &frame {
-        Wire::Message(PeerMessage::Gossip(data)) => {
+        Wire::Message(PeerMessage::Membership(data)) => {
             let k: KeepAlive = postcard::from_bytes(data).map_err(|e| e.to_string())?;
             same(data, postcard::to_allocvec(&k))?;
         }
@@ -87,8 +87,8 @@ fn read_frame(bytes: &[u8]) -> Result<Vec<u8>, String> {
             let q: AdminQuery = postcard::from_bytes(query).map_err(|e| e.to_string())?;
             same(query, postcard::to_allocvec(&q))?;
         }
-        Wire::Message(PeerMessage::ToRegion { msg: ToRegion::Handover { data, .. }, .. }) => {
-            let h = crate::sharding::host::decode_handover(data).map_err(|e| e.to_string())?;
+        Wire::Message(PeerMessage::ToRegion { msg: ToRegion::HandedState { data, .. }, .. }) => {
+            let h = shardline_core::host::decode_handover(data).map_err(|e| e.to_string())?;
             same(data, postcard::to_allocvec(&h))?;
         }
         _ => {}
@@ -220,8 +220,8 @@ fn samples() -> Vec<Sample> {
         DomainEvent::StaleShardStopped { shard: ShardId(1), node: b.clone(), epoch },
     ];
     let messages = vec![
-        ("gossip-ping", PeerMessage::Gossip(encoded(&KeepAlive::Ping { addr: "127.0.0.1:7100".into() }))),
-        ("gossip-pong", PeerMessage::Gossip(encoded(&KeepAlive::Pong))),
+        ("gossip-ping", PeerMessage::Membership(encoded(&KeepAlive::Ping { addr: "127.0.0.1:7100".into() }))),
+        ("gossip-pong", PeerMessage::Membership(encoded(&KeepAlive::Pong))),
         (
             "register",
             to_coordinator(ToCoordinator::Register { term: 3, hosted: vec![(ShardId(1), epoch)], hosting: true }),
@@ -241,7 +241,7 @@ fn samples() -> Vec<Sample> {
         ("welcome", to_region(ToRegion::Welcome { term: 3, homes: vec![(ShardId(1), home.clone())] })),
         ("shard-homes", to_region(ToRegion::ShardHomes { term: 3, homes: vec![(ShardId(1), home.clone())] })),
         ("begin-hand-off", to_region(ToRegion::BeginHandOff { term: 3, shard: ShardId(2) })),
-        ("handover", to_region(ToRegion::Handover { term: 3, shard: ShardId(2), epoch, data: handed })),
+        ("handover", to_region(ToRegion::HandedState { term: 3, shard: ShardId(2), epoch, data: handed })),
         ("hand-off", to_region(ToRegion::HandOff { term: 3, shard: ShardId(2), epoch })),
         (
             "forward",

@@ -40,6 +40,7 @@ mod clock;
 mod cluster;
 #[cfg(feature = "test-support")]
 pub mod drills;
+mod driver;
 pub mod entity;
 mod error;
 pub mod format;
@@ -50,12 +51,19 @@ pub mod fuzz;
 mod golden;
 pub mod journal;
 pub mod membership;
+pub mod ports;
 #[cfg(feature = "sabotage")]
 pub mod sabotage;
 #[cfg(not(feature = "sabotage"))]
 mod sabotage;
 pub(crate) mod sharding;
+// The node-to-node transport: public only for the transport's own tests (`test-support`); what
+// applications use of it is re-exported below.
+#[cfg(feature = "test-support")]
+#[doc(hidden)]
 pub mod transport;
+#[cfg(not(feature = "test-support"))]
+mod transport;
 
 pub use clock::Clock;
 pub use cluster::{
@@ -68,7 +76,11 @@ pub use entity::{
 };
 pub use error::{ConfigError, Error, Processed, TransportError};
 pub use membership::{ClusterView, Gossip, GossipConfig, MembershipProvider};
-pub use sharding::ask_stats::AskStats;
+pub use sharding::ask::stats::AskStats;
 pub use sharding::region::Hosting;
 pub use shardline_core::{DomainEvent, EntityId, Epoch, MemberStatus, NodeId, ShardId, TypeKey};
-pub use transport::{TlsConfig, TransportConfig};
+#[cfg(feature = "dev-certs")]
+pub use transport::tls::dev as dev_certs;
+pub use transport::{
+    Connection, Listener, Network, TlsConfig, TlsError, TransportConfig, OLDEST_PROTOCOL, PROTOCOL_VERSION,
+};

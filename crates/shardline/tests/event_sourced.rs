@@ -144,20 +144,29 @@ async fn a_retried_request_is_applied_once() {
     assert_eq!(journal.read("tally|x", 1).await.unwrap().len(), 2);
 }
 
-/// The journal a node that dies right after a commit sees: every call goes to `inner`, but the
-/// append of request `lost` is committed and never answered, as when the node is killed between
-/// its commit and its reply.
-struct AnswerLost {
+/// A journal as one node sees it: every call goes to `inner`, but the append of request `lost`
+/// is committed and never answered, as when the node is killed between its commit and its
+/// reply; and with `recoveries`, each recovery (its snapshot's load) takes 20 ms and is counted
+/// while it runs.
+struct Watched {
     inner: InMemoryJournal,
-    lost: String,
+    lost: Option<String>,
+    recoveries: Option<Arc<Recoveries>>,
 }
 
-impl Journal for AnswerLost {
+/// Recoveries running now, and the most at any moment.
+#[derive(Default)]
+struct Recoveries {
+    now: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+impl Journal for Watched {
     fn raise_fence(&self, fence: &Fence) -> BoxFuture<'_, Result<Epoch, JournalError>> {
         self.inner.raise_fence(fence)
     }
     fn append(&self, request: AppendRequest) -> BoxFuture<'_, Result<u64, JournalError>> {
-        let lost = request.reply.as_ref().is_some_and(|r| r.request_id == self.lost);
+        let lost = request.reply.as_ref().is_some_and(|r| Some(&r.request_id) == self.lost.as_ref());
         Box::pin(async move {
             let r = self.inner.append(request).await;
             if lost {
@@ -166,8 +175,8 @@ impl Journal for AnswerLost {
             r
         })
     }
-    fn read(&self, pid: &str, from: u64) -> BoxFuture<'_, Result<Vec<StoredEvent>, JournalError>> {
-        self.inner.read(pid, from)
+    fn read_page(&self, pid: &str, from: u64, max: usize) -> BoxFuture<'_, Result<Vec<StoredEvent>, JournalError>> {
+        self.inner.read_page(pid, from, max)
     }
     fn last_seq(&self, pid: &str) -> BoxFuture<'_, Result<u64, JournalError>> {
         self.inner.last_seq(pid)
@@ -176,7 +185,17 @@ impl Journal for AnswerLost {
         self.inner.save_snapshot(fence, pid, s)
     }
     fn load_snapshot(&self, pid: &str) -> BoxFuture<'_, Result<Option<Snapshot>, JournalError>> {
-        self.inner.load_snapshot(pid)
+        let Some(counted) = self.recoveries.clone() else { return self.inner.load_snapshot(pid) };
+        let pid = pid.to_string();
+        Box::pin(async move {
+            use std::sync::atomic::Ordering::SeqCst;
+            let now = counted.now.fetch_add(1, SeqCst) + 1;
+            counted.most.fetch_max(now, SeqCst);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let r = self.inner.load_snapshot(&pid).await;
+            counted.now.fetch_sub(1, SeqCst);
+            r
+        })
     }
     fn recorded_reply(&self, pid: &str, request_id: &str) -> BoxFuture<'_, Result<Option<Vec<u8>>, JournalError>> {
         self.inner.recorded_reply(pid, request_id)
@@ -203,7 +222,7 @@ impl Journal for AnswerLost {
 async fn a_retry_of_a_request_committed_by_a_node_that_died_before_answering_is_applied_once() {
     let journal = InMemoryJournal::new();
     let es = EventSourcedSettings::default();
-    let dying = AnswerLost { inner: journal.clone(), lost: "deposit-1".into() };
+    let dying = Watched { inner: journal.clone(), lost: Some("deposit-1".into()), recoveries: None };
     let settings = EntitySettings::new("tally").shards(SHARDS).journal(Arc::new(dying));
     let (a, ha) = node_with("es-lost", "a", None, settings, es).await;
     let (_b, hb) = node("es-lost", "b", Some(&a), &journal, es).await;
@@ -354,6 +373,43 @@ async fn remembered_entities_start_again_where_their_shard_starts() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     for i in 0..12u64 {
+        assert_eq!(hb.ask(format!("r{i}"), TallyCmd::Get).await.unwrap(), i);
+    }
+}
+
+/// Remembered entities restart under back-pressure: however fast their rate allows, at most
+/// `remember_at_once` of them recover at a time on a node (each holds its place until it has
+/// recovered), and every one of them starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remembered_entities_recover_a_few_at_a_time() {
+    let journal = InMemoryJournal::new();
+    let recoveries = Arc::new(Recoveries::default());
+    let settings = |recoveries: Option<Arc<Recoveries>>| {
+        let watched = Watched { inner: journal.clone(), lost: None, recoveries };
+        EntitySettings::new("tally")
+            .shards(SHARDS)
+            .journal(Arc::new(watched))
+            .remember_entities(100_000)
+            .remember_at_once(4)
+    };
+    let es = EventSourcedSettings::default();
+    let (a, ha) = node_with("es-at-once", "a", None, settings(None), es).await;
+    for i in 0..120u64 {
+        ha.ask(format!("r{i}"), TallyCmd::Add(i)).await.unwrap();
+    }
+    let (_b, hb) = node_with("es-at-once", "b", Some(&a), settings(Some(recoveries.clone())), es).await;
+    let hb2 = hb.clone();
+    eventually("b hosts shards", Duration::from_secs(30), move || !hb2.entities().hosted_shards().is_empty()).await;
+    // Crashed, so that nothing is handed over: every entity recovers on b.
+    a.crash();
+    let hb2 = hb.clone();
+    eventually("every remembered entity starts on b", Duration::from_secs(60), move || {
+        hb2.entities().local_entities() == 120
+    })
+    .await;
+    let most = recoveries.most.load(std::sync::atomic::Ordering::SeqCst);
+    assert!((2..=4).contains(&most), "{most} recoveries at once (at most 4, and more than one)");
+    for i in (0..120u64).step_by(7) {
         assert_eq!(hb.ask(format!("r{i}"), TallyCmd::Get).await.unwrap(), i);
     }
 }

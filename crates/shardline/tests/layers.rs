@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 const ORDER: &[&[&str]] = &[
-    &["clock", "error", "format", "sabotage"],
+    &["clock", "driver", "error", "format", "ports", "sabotage"],
     &["transport"],
     &["membership"],
     &["journal"],
@@ -359,6 +359,76 @@ fn violations(files: &[(Vec<String>, String, String)], modules: &[String], lib_r
         }
     }
     wrong
+}
+
+/// Import loops between the files of one layer: each loop as `a → b → … → a`. A file names
+/// another when a path it writes resolves into it (the longest file module the path starts
+/// with). A module and its own descendants are left out: a parent re-exports its children, and a
+/// child reaches the parent's items through `super::`, and neither is a loop between concepts.
+fn loops(files: &[(Vec<String>, String, String)]) -> Vec<String> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let known: BTreeSet<Vec<String>> = files.iter().map(|(m, _, _)| m.clone()).collect();
+    let file_of = |path: &[String]| -> Option<Vec<String>> {
+        (1..=path.len()).rev().map(|n| path[..n].to_vec()).find(|p| known.contains(p))
+    };
+    let related = |a: &[String], b: &[String]| a.starts_with(b) || b.starts_with(a);
+    let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    for (module, _, src) in files {
+        let Some(layer) = module.first().filter(|m| level(m).is_some()) else { continue };
+        if module.iter().any(|m| m == "conformance") {
+            continue;
+        }
+        for (at, path, _) in paths(module, src) {
+            let Some(Ok(abs)) = resolve(&at, &path) else { continue };
+            let Some(to) = file_of(&abs) else { continue };
+            if to.first() == Some(layer) && !related(module, &to) {
+                edges.entry(module.clone()).or_default().insert(to);
+            }
+        }
+    }
+    // Every elementary loop, found once from its smallest module.
+    let mut found = Vec::new();
+    for start in edges.keys() {
+        let mut stack = vec![(start.clone(), vec![start.clone()])];
+        while let Some((at, trail)) = stack.pop() {
+            for next in edges.get(&at).into_iter().flatten() {
+                if next == start {
+                    let names: Vec<String> = trail.iter().chain([start]).map(|m| m.join("::")).collect();
+                    found.push(names.join(" → "));
+                } else if next > start && !trail.contains(next) {
+                    let mut t = trail.clone();
+                    t.push(next.clone());
+                    stack.push((next.clone(), t));
+                }
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn no_files_of_one_layer_import_each_other_in_a_loop() {
+    let files = crate_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    let found = loops(&files);
+    assert!(found.is_empty(), "import loops inside a layer:\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_loop_finder_finds_a_loop_through_super_and_a_multi_line_use() {
+    let file = |m: &[&str], src: &str| (m.iter().map(|s| s.to_string()).collect(), m.join("/"), src.to_string());
+    let files = [
+        file(&["sharding"], "pub mod entity; pub mod node; pub use entity::Entity;"),
+        file(&["sharding", "entity"], "use super::node::Node;"),
+        file(&["sharding", "node"], "use crate::{\n    sharding::{\n        message::Frame,\n    },\n};"),
+        file(&["sharding", "message"], "fn f() -> crate::sharding::entity::Entity { todo!() }"),
+        file(&["sharding", "region"], "use super::node::Node;"),
+    ];
+    assert_eq!(
+        loops(&files),
+        ["sharding::entity → sharding::node → sharding::message → sharding::entity"],
+        "the parent's re-export is no loop, a one-way import is none"
+    );
 }
 
 /// Every `.rs` file under `src`, with its module path.

@@ -63,8 +63,13 @@ impl Journal for FaultyJournal {
         })
     }
 
-    fn read(&self, persistence_id: &str, from: u64) -> BoxFuture<'_, Result<Vec<StoredEvent>, JournalError>> {
-        self.inner.read(persistence_id, from)
+    fn read_page(
+        &self,
+        persistence_id: &str,
+        from: u64,
+        max: usize,
+    ) -> BoxFuture<'_, Result<Vec<StoredEvent>, JournalError>> {
+        self.inner.read_page(persistence_id, from, max)
     }
 
     fn last_seq(&self, persistence_id: &str) -> BoxFuture<'_, Result<u64, JournalError>> {

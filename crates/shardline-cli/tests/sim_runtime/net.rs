@@ -16,7 +16,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use shardline::membership::BoxFuture;
-use shardline::transport::{Connection, Listener, Network};
+use shardline::{Connection, Listener, Network};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::mpsc;
 

@@ -154,6 +154,12 @@ pub trait AllocationStrategy: fmt::Debug + Send + Sync {
     /// Plans moves for `map` over `hosts`: the members that may host (status `Up`, right role),
     /// in any order. Shards owned by a node outside `hosts` must be placed (when any host exists).
     fn plan(&self, hosts: &[Member], map: &ShardMap) -> Plan;
+
+    /// Takes an assignment given from outside (shard → node name), for a strategy that follows
+    /// such assignments ([`External`]); false for any other, which takes none.
+    fn assign(&mut self, _shard: ShardId, _node: &str) -> bool {
+        false
+    }
 }
 
 /// Shards per host, and shards that sit on no host: the shared first step of most strategies.

@@ -3,7 +3,7 @@
 use crate::events::DomainEvent;
 use crate::id::{NodeId, ShardId};
 use crate::protocol::ToRegion;
-use crate::shard_map::{Epoch, ShardHome, ShardSlot, Term};
+use crate::shard_map::{Epoch, ShardHome, ShardMap, ShardSlot, Term};
 
 /// An effect for the driver to carry out, in the order polled.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,7 +54,7 @@ pub enum CoordinatorCommand {
     },
     /// Give the new owner the state its previous owner handed over (sent before the
     /// announcement, on the same link, so it arrives first).
-    SendHandover {
+    SendHandedState {
         /// The new owner.
         to: NodeId,
         /// The shard.
@@ -64,13 +64,20 @@ pub enum CoordinatorCommand {
         /// The state.
         data: Vec<u8>,
     },
-    /// Store the changed entries of the map, with compare-and-set on the version where the
-    /// store supports it (`version` is the map version after the change).
+    /// Read the stored shard map and give it to
+    /// [`handle_map_loaded`](crate::CoordinatorEngine::handle_map_loaded).
+    LoadShardMap,
+    /// Store the map (compare-and-set on what this coordinator last wrote), and give the outcome
+    /// to [`handle_map_stored`](crate::CoordinatorEngine::handle_map_stored). A driver may skip
+    /// a write that a newer one supersedes: each carries the whole map.
     PersistShardMap {
         /// Map version after these changes.
         version: u64,
-        /// Changed entries.
+        /// The entries changed since the last write (empty when the whole map is written again),
+        /// for a store that writes entries.
         changes: Vec<(ShardId, ShardSlot)>,
+        /// The whole map, for a store that writes it whole.
+        map: ShardMap,
     },
     /// Publish a domain event.
     Emit(DomainEvent),
@@ -78,7 +85,7 @@ pub enum CoordinatorCommand {
 
 impl CoordinatorCommand {
     /// The network messages this command stands for, stamped with `term` (empty for
-    /// `PersistShardMap` and `Emit`).
+    /// the store's commands and `Emit`).
     pub fn messages(&self, term: Term) -> Vec<(NodeId, ToRegion)> {
         match self {
             CoordinatorCommand::SendShardHome { to, shard, home } => {
@@ -96,13 +103,15 @@ impl CoordinatorCommand {
             CoordinatorCommand::SendBeginHandOff { to, shard } => {
                 to.iter().map(|n| (n.clone(), ToRegion::BeginHandOff { term, shard: *shard })).collect()
             }
-            CoordinatorCommand::SendHandover { to, shard, epoch, data } => {
-                vec![(to.clone(), ToRegion::Handover { term, shard: *shard, epoch: *epoch, data: data.clone() })]
+            CoordinatorCommand::SendHandedState { to, shard, epoch, data } => {
+                vec![(to.clone(), ToRegion::HandedState { term, shard: *shard, epoch: *epoch, data: data.clone() })]
             }
             CoordinatorCommand::SendHandOff { to, shard, epoch } => {
                 vec![(to.clone(), ToRegion::HandOff { term, shard: *shard, epoch: *epoch })]
             }
-            CoordinatorCommand::PersistShardMap { .. } | CoordinatorCommand::Emit(_) => Vec::new(),
+            CoordinatorCommand::LoadShardMap
+            | CoordinatorCommand::PersistShardMap { .. }
+            | CoordinatorCommand::Emit(_) => Vec::new(),
         }
     }
 }

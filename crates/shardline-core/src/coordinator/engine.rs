@@ -4,7 +4,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::command::CoordinatorCommand;
 use super::hand_off::HandOff;
-use crate::allocation::{AllocationStrategy, PlanProblem};
+use super::map_store::Loading;
+use crate::allocation::AllocationStrategy;
+use crate::engine::Engine;
 use crate::events::{DomainEvent, RebalanceReason};
 use crate::id::{NodeId, ShardId};
 use crate::membership::{MemberStatus, MembershipView};
@@ -77,6 +79,12 @@ pub struct CoordinatorEngine {
     pub(super) announce: Vec<(ShardId, ShardHome)>,
     pub(super) commands: VecDeque<CoordinatorCommand>,
     pub(super) stopped: bool,
+    /// Reading the stored map: nothing is decided until it is read ([`Self::loading`]).
+    pub(super) loading: Option<Loading>,
+    /// When a map write that failed is tried again.
+    pub(super) persist_retry_at: Option<u64>,
+    /// The newest view that arrived while this node could not act ([`Self::hold_view`]).
+    pub(super) held_view: Option<MembershipView>,
 }
 
 #[derive(Debug)]
@@ -101,18 +109,47 @@ impl CoordinatorEngine {
         stored: Option<ShardMap>,
         now: u64,
     ) -> Result<Self, crate::shard_map::MapError> {
-        let map = ShardMap::resume(config.num_shards, stored.as_ref())?;
+        let mut engine = Self::idle(config, node, term, strategy)?;
+        engine.map = ShardMap::resume(engine.config.num_shards, stored.as_ref())?;
+        engine.begin(now, &view);
+        Ok(engine)
+    }
+
+    /// A coordinator that reads the stored map first: it asks for it
+    /// ([`CoordinatorCommand::LoadShardMap`]) and decides nothing until
+    /// [`handle_map_loaded`](Self::handle_map_loaded) gives it, then starts as [`new`](Self::new)
+    /// does. Membership views that arrive meanwhile are kept; the newest is used.
+    pub fn loading(
+        config: CoordinatorConfig,
+        node: NodeId,
+        term: Term,
+        strategy: Box<dyn AllocationStrategy>,
+        view: MembershipView,
+    ) -> Result<Self, crate::shard_map::MapError> {
+        let mut engine = Self::idle(config, node, term, strategy)?;
+        engine.loading = Some(Loading { view, retry_at: None });
+        engine.commands.push_back(CoordinatorCommand::LoadShardMap);
+        Ok(engine)
+    }
+
+    fn idle(
+        config: CoordinatorConfig,
+        node: NodeId,
+        term: Term,
+        strategy: Box<dyn AllocationStrategy>,
+    ) -> Result<Self, crate::shard_map::MapError> {
+        let map = ShardMap::new(config.num_shards)?;
         let confirmed = vec![false; config.num_shards as usize];
-        let mut engine = CoordinatorEngine {
+        Ok(CoordinatorEngine {
             config,
-            node: node.clone(),
+            node,
             term,
             strategy,
             view: MembershipView::new(),
             map,
             regions: BTreeSet::new(),
             hosting: BTreeSet::new(),
-            recovery: Some(Recovery { reported: BTreeSet::new(), confirmed, ask_again_at: now }),
+            recovery: Some(Recovery { reported: BTreeSet::new(), confirmed, ask_again_at: 0 }),
             hand_offs: BTreeMap::new(),
             round: None,
             rebalance_at: None,
@@ -121,10 +158,30 @@ impl CoordinatorEngine {
             announce: Vec::new(),
             commands: VecDeque::new(),
             stopped: false,
-        };
-        engine.emit(DomainEvent::LeaderElected { node, term });
-        engine.handle_membership(now, &view);
-        Ok(engine)
+            held_view: None,
+            loading: None,
+            persist_retry_at: None,
+        })
+    }
+
+    /// Starts recovering from `self.map`: the leader is announced and every member asked to
+    /// register.
+    pub(super) fn begin(&mut self, now: u64, view: &MembershipView) {
+        if let Some(r) = self.recovery.as_mut() {
+            r.ask_again_at = now;
+        }
+        self.emit(DomainEvent::LeaderElected { node: self.node.clone(), term: self.term });
+        self.handle_membership(now, view);
+    }
+
+    /// Whether inputs are ignored: stopped, or still reading the stored map.
+    pub(super) fn is_idle(&self) -> bool {
+        self.stopped || self.loading.is_some()
+    }
+
+    /// Whether it still reads the stored map.
+    pub fn is_loading(&self) -> bool {
+        self.loading.is_some()
     }
 
     /// The term this coordinator was started with.
@@ -167,28 +224,14 @@ impl CoordinatorEngine {
         &self.view
     }
 
-    /// The next command for the driver, in order.
-    pub fn poll_command(&mut self) -> Option<CoordinatorCommand> {
-        self.commands.pop_front()
-    }
-
-    /// All pending commands.
-    pub fn drain_commands(&mut self) -> impl Iterator<Item = CoordinatorCommand> + '_ {
-        self.commands.drain(..)
-    }
-
-    /// When [`handle_timeout`](Self::handle_timeout) must be called next.
-    pub fn poll_timeout(&self) -> Option<u64> {
-        if self.stopped {
-            return None;
-        }
-        let hand_off = self.hand_offs.values().map(|h| h.next_deadline(&self.config)).min();
-        let recovery = self.recovery.as_ref().map(|r| r.ask_again_at);
-        [self.rebalance_at, hand_off, recovery].into_iter().flatten().min()
-    }
-
     /// The membership view changed (a provider's new view, complete).
     pub fn handle_membership(&mut self, now: u64, view: &MembershipView) {
+        // A newer view replaces one held back.
+        self.held_view = None;
+        if let Some(l) = self.loading.as_mut() {
+            l.view = view.clone();
+            return;
+        }
         if self.stopped {
             return;
         }
@@ -233,7 +276,7 @@ impl CoordinatorEngine {
     /// A node is known to be stopped (downed by the split-brain resolver, lease expired): its
     /// shards may move without hand-off.
     pub fn handle_node_fenced(&mut self, now: u64, node: &NodeId) {
-        if self.stopped {
+        if self.is_idle() {
             return;
         }
         if self.view.get(node).is_some() && self.view.set_status(node, MemberStatus::Down).is_ok() {
@@ -257,7 +300,7 @@ impl CoordinatorEngine {
     /// and ignores every later input (its membership provider will catch up).
     pub fn handle_map_write_refused(&mut self, _now: u64, by: Term) {
         if by > self.term && self.stop() {
-            self.emit(DomainEvent::Deposed { node: self.node.clone(), term: self.term, by });
+            self.deposed_by(by);
         }
     }
 
@@ -270,40 +313,6 @@ impl CoordinatorEngine {
         self.hand_offs.clear();
         self.commands.clear();
         true
-    }
-
-    /// Replaces the allocation strategy (e.g. new external assignments) and plans at once.
-    pub fn replace_strategy(&mut self, now: u64, strategy: Box<dyn AllocationStrategy>) {
-        self.strategy = strategy;
-        self.schedule_rebalance(now, RebalanceReason::Strategy);
-        self.after_input(now);
-    }
-
-    /// An operator asked for a rebalance: plans now instead of at the next periodic check. A
-    /// round already running is not disturbed; the plan starts what the strategy asks for once it
-    /// is free, as a periodic check would.
-    pub fn handle_rebalance_request(&mut self, now: u64) {
-        if self.stopped {
-            return;
-        }
-        self.schedule_rebalance(now, RebalanceReason::Requested);
-        self.after_input(now);
-    }
-
-    /// Checks assignments given from outside (`External`) before any is taken: every shard in the
-    /// map, every node a member that may host now (the same hosts a plan uses). The first wrong one
-    /// is returned.
-    pub fn check_assignments(&self, assignments: &[(ShardId, String)]) -> Result<(), (ShardId, PlanProblem)> {
-        let hosts = self.hosts();
-        for (shard, node) in assignments {
-            if self.map.slot(*shard).is_none() {
-                return Err((*shard, PlanProblem::OutOfRange));
-            }
-            if !hosts.iter().any(|m| &*m.node.name == node.as_str()) {
-                return Err((*shard, PlanProblem::NotAHost { node: node.clone() }));
-            }
-        }
-        Ok(())
     }
 
     /// A region's message, whichever it is (each kind also has its own `handle_*`).
@@ -323,7 +332,7 @@ impl CoordinatorEngine {
     /// A region registered for `term` and reported the shards it hosts; `hosting` is false for a
     /// proxy region, which routes but is never given shards.
     pub fn handle_register(&mut self, now: u64, from: &NodeId, term: Term, hosted: &[(ShardId, Epoch)], hosting: bool) {
-        if self.stopped || term != self.term || self.view.is_fenced(from) {
+        if self.is_idle() || term != self.term || self.view.is_fenced(from) {
             return;
         }
         self.regions.insert(from.clone());
@@ -374,7 +383,7 @@ impl CoordinatorEngine {
 
     /// A region asks where `shard` lives.
     pub fn handle_get_shard_home(&mut self, now: u64, from: &NodeId, shard: ShardId) {
-        if self.stopped || self.hand_offs.contains_key(&shard) {
+        if self.is_idle() || self.hand_offs.contains_key(&shard) {
             return;
         }
         match self.map.home(shard).filter(|_| self.is_confirmed(shard)) {
@@ -501,7 +510,7 @@ impl CoordinatorEngine {
 
     /// Every input ends here: plan if due, then persist and announce what changed.
     pub(super) fn after_input(&mut self, now: u64) {
-        if self.stopped {
+        if self.is_idle() {
             return;
         }
         if self.rebalance_at.is_some_and(|at| at <= now) {
@@ -521,7 +530,9 @@ impl CoordinatorEngine {
                 .into_iter()
                 .filter_map(|s| self.map.slot(s).map(|slot| (s, slot.clone())))
                 .collect();
-            self.commands.push_back(CoordinatorCommand::PersistShardMap { version: self.map.version(), changes });
+            self.persist_retry_at = None;
+            let map = self.map.clone();
+            self.commands.push_back(CoordinatorCommand::PersistShardMap { version: self.map.version(), changes, map });
         }
         // Never the home of a shard being handed off: a region takes any home as the end of the
         // hand-off's pause (welcomes and answers leave such shards out for that reason), and
@@ -555,4 +566,30 @@ impl CoordinatorEngine {
 /// again is asked to register anew.
 pub(super) fn region_gone(view: &MembershipView, node: &NodeId) -> bool {
     view.is_fenced(node) || view.get(node).is_none()
+}
+
+impl Engine for CoordinatorEngine {
+    type Command = CoordinatorCommand;
+
+    /// The next command for the driver, in order.
+    fn poll_command(&mut self) -> Option<CoordinatorCommand> {
+        self.commands.pop_front()
+    }
+
+    /// When [`handle_timeout`](Engine::handle_timeout) must be called next.
+    fn poll_timeout(&self) -> Option<u64> {
+        if self.stopped {
+            return None;
+        }
+        if let Some(l) = &self.loading {
+            return l.retry_at;
+        }
+        let hand_off = self.hand_offs.values().map(|h| h.next_deadline(&self.config)).min();
+        let recovery = self.recovery.as_ref().map(|r| r.ask_again_at);
+        [self.rebalance_at, hand_off, recovery, self.persist_retry_at].into_iter().flatten().min()
+    }
+
+    fn handle_timeout(&mut self, now: u64) {
+        self.timers_due(now);
+    }
 }

@@ -62,7 +62,7 @@ impl CoordinatorEngine {
 
     /// A region stopped routing `shard`.
     pub fn handle_begin_hand_off_ack(&mut self, now: u64, from: &NodeId, term: Term, shard: ShardId) {
-        if self.stopped || term != self.term {
+        if self.is_idle() || term != self.term {
             return;
         }
         if let Some(HandOff { phase: Phase::Begin { pending }, .. }) = self.hand_offs.get_mut(&shard) {
@@ -83,7 +83,7 @@ impl CoordinatorEngine {
         epoch: Epoch,
         handover: Option<Vec<u8>>,
     ) {
-        if self.stopped {
+        if self.is_idle() {
             return;
         }
         let Some(slot) = self.map.slot(shard) else { return };
@@ -103,11 +103,16 @@ impl CoordinatorEngine {
     }
 
     /// Timers: re-send, abandon hand-offs that regions did not acknowledge in time, report slow
-    /// owners, and plan when due.
-    pub fn handle_timeout(&mut self, now: u64) {
+    /// owners, and plan when due ([`Engine::handle_timeout`](crate::Engine::handle_timeout)).
+    pub(super) fn timers_due(&mut self, now: u64) {
         if self.stopped {
             return;
         }
+        if self.loading.is_some() {
+            self.load_again_if_due(now);
+            return;
+        }
+        self.persist_again_if_due(now);
         self.ask_silent_members(now);
         let shards: Vec<ShardId> = self.hand_offs.keys().copied().collect();
         for shard in shards {
@@ -193,7 +198,7 @@ impl CoordinatorEngine {
         let epoch = self.map.slot(shard).and_then(|s| s.epoch.next(self.term));
         if let (true, Some(epoch)) = (to_ok, epoch) {
             if let Some(data) = handover {
-                self.commands.push_back(CoordinatorCommand::SendHandover { to: ho.to.clone(), shard, epoch, data });
+                self.commands.push_back(CoordinatorCommand::SendHandedState { to: ho.to.clone(), shard, epoch, data });
             }
             if let Some(home) = self.assign(shard, ho.to) {
                 self.emit(DomainEvent::ShardMigrated { shard, from: ho.from, to: home });

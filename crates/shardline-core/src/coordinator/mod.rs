@@ -5,15 +5,16 @@
 //!
 //! ```text
 //!   membership view ──┐                         ┌──► SendShardHome / AnnounceShardHomes
-//!   region messages ──┼──► CoordinatorEngine ───┼──► SendBeginHandOff / SendHandOff
-//!   node fenced ──────┤    (map, hand-offs,     ├──► RequestRegistration / SendWelcome
-//!   timer (now) ──────┘     recovery)           ├──► PersistShardMap
-//!                                               └──► Emit(DomainEvent)
+//!   region messages ──┤                         ├──► SendBeginHandOff / SendHandOff
+//!   node fenced ──────┼──► CoordinatorEngine ───┼──► RequestRegistration / SendWelcome
+//!   map loaded/stored ┤    (map, hand-offs,     ├──► LoadShardMap / PersistShardMap
+//!   assignments ──────┤     recovery)           └──► Emit(DomainEvent)
+//!   timer (now) ──────┘
 //! ```
 //!
 //! Calling contract, as in `quinn-proto`: feed inputs with the `handle_*` methods (each takes
-//! `now` in milliseconds), then drain [`CoordinatorEngine::poll_command`] and sleep until
-//! [`CoordinatorEngine::poll_timeout`], then call [`CoordinatorEngine::handle_timeout`].
+//! `now` in milliseconds), then drain [`poll_command`](crate::Engine::poll_command) and sleep until
+//! [`poll_timeout`](crate::Engine::poll_timeout), then call [`handle_timeout`](crate::Engine::handle_timeout).
 //!
 //! # Hand-off (planned move of shard S from A to B)
 //! 1. `SendBeginHandOff` to every registered region; they buffer S and drain what they already
@@ -25,9 +26,14 @@
 //! 4. If A never answers, S moves only once A is fenced (down, lease expired), never earlier.
 
 mod allocate;
+mod assignments;
 mod command;
 mod engine;
 mod hand_off;
+mod held_view;
+mod map_store;
 
+pub use assignments::AssignError;
 pub use command::CoordinatorCommand;
 pub use engine::{CoordinatorConfig, CoordinatorEngine};
+pub use map_store::{MapLoadError, MapWriteError, STORE_RETRY_MS};

@@ -1,5 +1,5 @@
 //! The engine: foca's SWIM driven with time as an argument, its notifications and the status
-//! broadcasts turned into a [`MembershipView`] with a leader and its term.
+//! broadcasts turned into a [`MembershipView`](crate::MembershipView) with a leader and its term.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::num::{NonZeroU8, NonZeroUsize};
@@ -8,266 +8,27 @@ use std::time::Duration;
 use foca::{AccumulatingRuntime, Foca, Member, OwnedNotification, PostcardCodec, Timer};
 
 use super::identity::GossipId;
-use super::resolver::Resolver;
 use super::rng::SeededRng;
+use super::split_brain_resolver::Resolver;
 use super::status::{StatusBroadcasts, StatusItem, Statuses};
+use crate::engine::Engine;
 use crate::id::NodeId;
-use crate::membership::{MemberStatus, MembershipView};
+use crate::membership::MemberStatus;
 use crate::shard_map::Term;
-use crate::split_brain::SplitBrainPolicy;
 
+mod config;
+mod downing;
 mod hosting;
 mod leader;
+mod output;
 mod proof;
-mod resolve;
 mod view;
 
+pub use config::GossipConfig;
 pub use leader::term_above;
 use leader::term_tag;
+pub use output::{GossipCommand, GossipEvent, GossipView};
 pub use proof::AddressAnswer;
-
-/// Settings of gossip membership (milliseconds).
-#[derive(Clone, Debug)]
-pub struct GossipConfig {
-    /// How often a random member is probed (SWIM's protocol period).
-    pub probe_period_ms: u64,
-    /// How long a probe waits for its answer before asking others to probe indirectly.
-    pub probe_rtt_ms: u64,
-    /// How long a suspected member has to refute before it is down.
-    pub suspect_to_down_ms: u64,
-    /// How long a down member stays in the view (its tombstone).
-    pub remove_down_after_ms: u64,
-    /// How often members gossip updates to a few others.
-    pub gossip_every_ms: u64,
-    /// How often this node announces itself to seeds and down members (joining, and merging
-    /// after a partition heals).
-    pub announce_every_ms: u64,
-    /// How often this node repeats its status, so that members who joined since learn it.
-    pub status_every_ms: u64,
-    /// Terms start above this (a cluster restarted on a journal whose fences reached it). Above
-    /// zero, a cluster ran before: the first seed then starts one as a node that rejoins does
-    /// (see [`rejoin`](Self::rejoin)), and the only seed waits two announce periods for the
-    /// members that outlived it. A fence found above the cluster's terms later is handled by
-    /// [`GossipEngine::handle_fenced_above`].
-    pub term_floor: Term,
-    /// How long the first seed tries the other seeds before it starts a cluster alone (a
-    /// restarted first seed must rejoin, not start a second cluster).
-    pub bootstrap_grace_ms: u64,
-    /// This node comes back as a new incarnation after being declared down (or restarts: a
-    /// `term_floor` above zero says the same). As the first seed it starts no cluster while it
-    /// reaches nobody: the cluster that downed it (or that it lost a partition to) may be just
-    /// out of reach, through a one-way cut or a partition that has not healed, and it would lead
-    /// a second one, which the first has downed. Once it reaches members, has heard every one's
-    /// status, and none of them is part of a formed cluster, every member has restarted (each side may have downed itself),
-    /// and it forms one again after its grace.
-    pub rejoin: bool,
-    /// How a partition is resolved (default: `KeepMajority`). None: it is not — each side
-    /// declares the other down once suspicion runs out, and both go on (see
-    /// [`without_split_brain`](Self::without_split_brain)). `LeaseMajority` needs a store and
-    /// is refused here.
-    pub split_brain: Option<SplitBrainPolicy>,
-    /// How long the set of unreachable members must stay the same before the resolver decides;
-    /// never less than a probe period per member (plus one probe's wait), the longest a member
-    /// can go unprobed.
-    pub stable_after_ms: u64,
-    /// With a resolver: how long a downed member is still shown unreachable rather than down
-    /// (nobody takes its shards over yet), so that its own side has stopped them first; one probe
-    /// period per member is added to it (see [`GossipEngine::down_margin_ms`]).
-    pub down_margin_ms: u64,
-    /// Breaks the protocol: downed members count as down at once, without the margin that lets
-    /// their side stop first. Exists so the simulation can prove it catches such a bug.
-    #[cfg(feature = "fault-injection")]
-    pub fault_no_down_margin: bool,
-    /// Breaks the protocol: a member whose address does not answer counts as gone, as if its
-    /// host had refused the connection. Exists so the simulations can prove they catch it.
-    #[cfg(feature = "fault-injection")]
-    pub fault_silence_proves_gone: bool,
-    /// Breaks the protocol: this node may host whether or not a majority answers it (see
-    /// [`GossipEngine::hosting_until`]), so a paused or cut-off node runs on. Exists so the
-    /// simulations can prove they catch it.
-    #[cfg(feature = "fault-injection")]
-    pub fault_host_without_majority: bool,
-}
-
-impl GossipConfig {
-    /// The defaults with a split-brain resolver of `policy`, decided after `stable_after_ms`
-    /// (also the down margin).
-    ///
-    /// ```
-    /// use shardline_core::gossip::GossipConfig;
-    /// use shardline_core::SplitBrainPolicy;
-    ///
-    /// let c = GossipConfig::with_split_brain(SplitBrainPolicy::KeepOldest { down_if_alone: true }, 7_000);
-    /// assert_eq!((c.probe_period_ms, c.stable_after_ms, c.down_margin_ms), (1_000, 7_000, 7_000));
-    /// ```
-    pub fn with_split_brain(policy: SplitBrainPolicy, stable_after_ms: u64) -> Self {
-        GossipConfig {
-            split_brain: Some(policy),
-            stable_after_ms,
-            down_margin_ms: stable_after_ms,
-            ..GossipConfig::default()
-        }
-    }
-
-    /// No split-brain resolver (the explicit opt-out, `--split-brain off`): each side of a
-    /// partition declares the other down once suspicion runs out (2 s after a missed probe) and
-    /// both go on, so **a partition hosts the same shards on both sides**, and a paused member
-    /// runs on when it wakes until it hears it was downed. SWIM runs at a faster pace (a probe
-    /// every 500 ms, 250 ms for an answer), so a crash is repaired in about 3 s. For development
-    /// and for clusters that must never stop a side, whatever it costs.
-    ///
-    /// ```
-    /// use shardline_core::gossip::GossipConfig;
-    ///
-    /// let c = GossipConfig::without_split_brain();
-    /// assert!(c.split_brain.is_none());
-    /// assert_eq!((c.probe_period_ms, c.suspect_to_down_ms), (500, 2_000));
-    /// ```
-    pub fn without_split_brain() -> Self {
-        GossipConfig {
-            // A crash is repaired in about 3 s: probed within half a second, suspected after the
-            // probe's wait and the indirect probes, down two seconds later unless refuted.
-            probe_period_ms: 500,
-            probe_rtt_ms: 250,
-            suspect_to_down_ms: 2_000,
-            split_brain: None,
-            ..GossipConfig::default()
-        }
-    }
-}
-
-/// Safe by default: the `KeepMajority` resolver with a 5 s stable-after and down margin, and
-/// SWIM at a probe a second (500 ms for an answer). A partition keeps the larger side (on a
-/// tie, the side with the oldest member), and the other side stops its shards before they are
-/// taken over (about 20 s on a few members). A crashed process whose host still answers is
-/// proven gone by its refused address and replaced in about the time it takes to suspect it
-/// (see [`AddressAnswer`]). The resolver's decisions wait for the stable window and a margin
-/// anyway, so faster probing buys nothing there; and the simulation found that with the faster
-/// pace a member that had only partly joined before a partition could keep its tiny side.
-impl Default for GossipConfig {
-    fn default() -> Self {
-        GossipConfig {
-            probe_period_ms: 1_000,
-            probe_rtt_ms: 500,
-            suspect_to_down_ms: 4_000,
-            remove_down_after_ms: 60_000,
-            gossip_every_ms: 200,
-            announce_every_ms: 2_000,
-            status_every_ms: 1_000,
-            term_floor: 0,
-            bootstrap_grace_ms: 1_500,
-            rejoin: false,
-            split_brain: Some(SplitBrainPolicy::KeepMajority),
-            stable_after_ms: 5_000,
-            down_margin_ms: 5_000,
-            #[cfg(feature = "fault-injection")]
-            fault_no_down_margin: false,
-            #[cfg(feature = "fault-injection")]
-            fault_silence_proves_gone: false,
-            #[cfg(feature = "fault-injection")]
-            fault_host_without_majority: false,
-        }
-    }
-}
-
-/// The membership a gossip engine publishes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GossipView {
-    /// Members, their status and reachability; the leader is set in it too.
-    pub view: MembershipView,
-    /// Who leads, and in which term.
-    pub leader: Option<(NodeId, Term)>,
-    /// Members' listen addresses.
-    pub addresses: BTreeMap<NodeId, String>,
-}
-
-/// Something the runtime should log.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum GossipEvent {
-    /// A member answered: this node is part of the cluster.
-    Joined,
-    /// This node leads, in `term`.
-    Leads {
-        /// The term.
-        term: Term,
-    },
-    /// The split-brain resolver kept this side and downed the members it could not reach.
-    DownedUnreachable {
-        /// The members downed.
-        nodes: BTreeSet<NodeId>,
-    },
-    /// A member was declared down.
-    MemberDown {
-        /// The member.
-        node: NodeId,
-    },
-    /// A member's process is gone: its host refused a connection to its address, or another
-    /// node answers there. It is down at once, with no margin (see [`AddressAnswer`]).
-    MemberGone {
-        /// The member.
-        node: NodeId,
-        /// What showed it.
-        evidence: &'static str,
-    },
-    /// A member left after saying it was done (`Removed`).
-    MemberLeft {
-        /// The member.
-        node: NodeId,
-    },
-    /// This node was declared down by the others: it must stop its shards and come back as a
-    /// new incarnation.
-    DeclaredDown,
-    /// No majority answered this node within the window (paused, cut off, or sending into a
-    /// void): it downs itself, as a node whose lease ran out does. [`DeclaredDown`](Self::DeclaredDown)
-    /// follows.
-    LostMajority {
-        /// How long, in ms, no majority had answered.
-        silent_ms: u64,
-    },
-    /// The resolver's set of unreachable members changed (empty: every member is reachable
-    /// again). Decisions wait until it has stayed the same for `stable_after`.
-    Unreachable {
-        /// The members this node cannot reach.
-        nodes: BTreeSet<NodeId>,
-    },
-    /// The unreachable set kept changing for too long to decide: this node downs itself (it
-    /// stops its shards and rejoins as a new incarnation), whichever side it is on, so that
-    /// the other side may take over once its margin ends. [`DeclaredDown`](Self::DeclaredDown)
-    /// follows.
-    DownedWhenUnstable {
-        /// How long, in ms, members have been unreachable without a stable set.
-        unstable_ms: u64,
-    },
-    /// Data from the network that cannot be read (dropped; nothing else happens).
-    BadData {
-        /// Why.
-        error: String,
-    },
-}
-
-/// What the engine asks its runtime to do.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum GossipCommand {
-    /// Send `data` to the member `to` (at `to.addr`), to be handed to its engine's
-    /// [`GossipEngine::handle_data`].
-    Send {
-        /// The member.
-        to: GossipId,
-        /// The message.
-        data: Vec<u8>,
-    },
-    /// Connect to `member`'s address and say what answers there, to
-    /// [`GossipEngine::handle_address`]: asked of members that do not answer probes, since a
-    /// host that refuses the connection proves what silence cannot, that the process is gone.
-    CheckAddress {
-        /// The member.
-        member: GossipId,
-    },
-    /// The membership changed.
-    Publish(GossipView),
-    /// Log this.
-    Log(GossipEvent),
-}
 
 /// Gossip membership of one node: SWIM (foca) for who is alive, status broadcasts for what each
 /// member is doing, the oldest `Up` reachable member as leader.
@@ -334,6 +95,10 @@ pub struct GossipEngine {
     /// first member it reached): the resolver counts a member on its own side only once it has
     /// been known for a window.
     first_seen: BTreeMap<NodeId, u64>,
+    /// When this node first joined (its first member reached). Unlike its `first_seen` entry,
+    /// which a node that lost every member and is reached again starts anew, it never moves:
+    /// the others may have known it, and downed it, since then (see `hosting_until`).
+    joined_at: Option<u64>,
 }
 
 impl std::fmt::Debug for GossipEngine {
@@ -437,6 +202,7 @@ impl GossipEngine {
             gone: BTreeSet::new(),
             status_seen: BTreeMap::new(),
             first_seen: BTreeMap::new(),
+            joined_at: None,
         };
         // Seeds are known as down placeholders: foca announces to down members periodically,
         // which is how this node joins, and how split sides find each other again.
@@ -451,31 +217,6 @@ impl GossipEngine {
     /// This node.
     pub fn node(&self) -> &NodeId {
         &self.node
-    }
-
-    /// The next command to carry out.
-    pub fn poll_command(&mut self) -> Option<GossipCommand> {
-        self.commands.pop_front()
-    }
-
-    /// Every command waiting, in order.
-    pub fn drain_commands(&mut self) -> impl Iterator<Item = GossipCommand> + '_ {
-        self.commands.drain(..)
-    }
-
-    /// When [`handle_timeout`](Self::handle_timeout) must be called next.
-    pub fn poll_timeout(&self) -> Option<u64> {
-        let timer = self.timers.keys().next().map(|(at, _)| *at);
-        let resolve = self.resolver.as_ref().and_then(Resolver::deadline);
-        // A downed member's margin ends: it is shown down from then on.
-        let margin = self
-            .down
-            .iter()
-            .filter(|(node, (_, since))| self.held_for_margin(node, *since, self.now))
-            .map(|(_, (_, since))| since + self.down_margin_ms())
-            .min();
-        let majority = self.majority_deadline();
-        [timer, Some(self.status_at), Some(self.announce_at), resolve, margin, majority].into_iter().flatten().min()
     }
 
     /// Data from a peer (a frame of the gossip protocol).
@@ -500,32 +241,6 @@ impl GossipEngine {
         }
         self.after(now);
         self.heard_from = None;
-    }
-
-    /// Time passed.
-    pub fn handle_timeout(&mut self, now: u64) {
-        while let Some(entry) = self.timers.first_entry() {
-            if entry.key().0 > now {
-                break;
-            }
-            let timer = entry.remove();
-            if let Err(error) = self.foca.handle_timer(timer, &mut self.runtime) {
-                self.log(GossipEvent::BadData { error: error.to_string() });
-            }
-        }
-        if now >= self.announce_at {
-            self.announce_at = now + self.config.announce_every_ms;
-            // Until a member answers, announce to the seeds directly.
-            if self.foca.num_members() == 0 {
-                for seed in self.seeds.clone() {
-                    let _ = self.foca.announce(seed, &mut self.runtime);
-                }
-            }
-        }
-        if now >= self.status_at {
-            self.broadcast_status(now);
-        }
-        self.after(now);
     }
 
     /// This node leaves gracefully: it says `Leaving` from now on.
@@ -659,6 +374,7 @@ impl GossipEngine {
             // side either (a restart that reached one side of a partition only).
             OwnedNotification::Active => {
                 self.first_seen.insert(self.node.clone(), now);
+                self.joined_at.get_or_insert(now);
                 self.log(GossipEvent::Joined);
                 self.ask_for_members();
             }
@@ -774,4 +490,54 @@ fn status_fresh(
 /// How long a member's status may stand still before it counts as stale.
 fn stale_after_ms(config: &GossipConfig) -> u64 {
     2 * config.status_every_ms + config.probe_period_ms
+}
+
+impl Engine for GossipEngine {
+    type Command = GossipCommand;
+
+    /// The next command to carry out.
+    fn poll_command(&mut self) -> Option<GossipCommand> {
+        self.commands.pop_front()
+    }
+
+    /// When [`handle_timeout`](Engine::handle_timeout) must be called next.
+    fn poll_timeout(&self) -> Option<u64> {
+        let timer = self.timers.keys().next().map(|(at, _)| *at);
+        let resolve = self.resolver.as_ref().and_then(Resolver::deadline);
+        // A downed member's margin ends: it is shown down from then on.
+        let margin = self
+            .down
+            .iter()
+            .filter(|(node, (_, since))| self.held_for_margin(node, *since, self.now))
+            .map(|(_, (_, since))| since + self.down_margin_ms())
+            .min();
+        let majority = self.majority_deadline();
+        [timer, Some(self.status_at), Some(self.announce_at), resolve, margin, majority].into_iter().flatten().min()
+    }
+
+    /// Time passed.
+    fn handle_timeout(&mut self, now: u64) {
+        while let Some(entry) = self.timers.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let timer = entry.remove();
+            if let Err(error) = self.foca.handle_timer(timer, &mut self.runtime) {
+                self.log(GossipEvent::BadData { error: error.to_string() });
+            }
+        }
+        if now >= self.announce_at {
+            self.announce_at = now + self.config.announce_every_ms;
+            // Until a member answers, announce to the seeds directly.
+            if self.foca.num_members() == 0 {
+                for seed in self.seeds.clone() {
+                    let _ = self.foca.announce(seed, &mut self.runtime);
+                }
+            }
+        }
+        if now >= self.status_at {
+            self.broadcast_status(now);
+        }
+        self.after(now);
+    }
 }

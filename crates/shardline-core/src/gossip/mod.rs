@@ -39,8 +39,8 @@
 
 mod engine;
 mod identity;
-mod resolver;
 mod rng;
+mod split_brain_resolver;
 mod status;
 
 pub use engine::{term_above, AddressAnswer, GossipCommand, GossipConfig, GossipEngine, GossipEvent, GossipView};

@@ -6,6 +6,7 @@ use super::command::{LeaseCommand, LeaseEvent, LeaseView, StoreAnswer};
 use super::records::{LeaderRecord, MemberRecord, Revision};
 use super::split_brain::Peers;
 use super::steps::Step;
+use crate::engine::Engine;
 use crate::id::NodeId;
 use crate::membership::{Member, MemberStatus, MembershipView};
 
@@ -178,7 +179,7 @@ pub(super) struct InFlight {
 ///
 /// ```
 /// use shardline_core::lease::{LeaseCommand, LeaseConfig, LeaseEngine, LeaseKeys, MemberRecord, StoreAnswer, StoreOp};
-/// use shardline_core::{MemberStatus, NodeId};
+/// use shardline_core::{Engine, MemberStatus, NodeId};
 ///
 /// let me = MemberRecord::up(NodeId::new("n1", 1), "127.0.0.1:7001", "1");
 /// let mut engine = LeaseEngine::new(LeaseConfig::default(), LeaseKeys::new("demo", "n1"), me, 0).unwrap();
@@ -262,49 +263,6 @@ impl LeaseEngine {
         };
         e.drive(now);
         Ok(e)
-    }
-
-    /// The next command to carry out.
-    pub fn poll_command(&mut self) -> Option<LeaseCommand> {
-        self.commands.pop_front()
-    }
-
-    /// Every command waiting, in order.
-    pub fn drain_commands(&mut self) -> impl Iterator<Item = LeaseCommand> + '_ {
-        self.commands.drain(..)
-    }
-
-    /// When [`handle_timeout`](Self::handle_timeout) must be called next.
-    pub fn poll_timeout(&self) -> Option<u64> {
-        if self.exited && self.inflight.is_none() && self.plan.is_empty() {
-            return None;
-        }
-        let mut at = u64::MAX;
-        // A round starts once the operation in flight is done: while one is, only deadlines count.
-        if self.inflight.is_none() {
-            at = self.observe_at;
-            if !self.fenced && !self.exited {
-                at = at.min(self.renew_at);
-            }
-        }
-        if !self.fenced && self.my_rev.is_some() {
-            at = at.min(self.fence_deadline());
-        }
-        if let Some(d) = self.leader_deadline() {
-            at = at.min(d);
-        }
-        if let Some(d) = self.inflight.as_ref().and_then(|f| f.deadline) {
-            at = at.min(d);
-        }
-        if let Some(d) = self.peers_timeout() {
-            at = at.min(d);
-        }
-        (at != u64::MAX).then_some(at)
-    }
-
-    /// Time passed.
-    pub fn handle_timeout(&mut self, now: u64) {
-        self.drive(now);
     }
 
     /// The store answered operation `id` (answers no longer wanted are ignored).
@@ -525,5 +483,47 @@ impl LeaseEngine {
             && self.my_rev.is_some()
             && self.me.status == MemberStatus::Up
             && !self.me.roles.iter().any(|r| r == crate::membership::PROXY_ROLE)
+    }
+}
+
+impl Engine for LeaseEngine {
+    type Command = LeaseCommand;
+
+    /// The next command to carry out.
+    fn poll_command(&mut self) -> Option<LeaseCommand> {
+        self.commands.pop_front()
+    }
+
+    /// When [`handle_timeout`](Engine::handle_timeout) must be called next.
+    fn poll_timeout(&self) -> Option<u64> {
+        if self.exited && self.inflight.is_none() && self.plan.is_empty() {
+            return None;
+        }
+        let mut at = u64::MAX;
+        // A round starts once the operation in flight is done: while one is, only deadlines count.
+        if self.inflight.is_none() {
+            at = self.observe_at;
+            if !self.fenced && !self.exited {
+                at = at.min(self.renew_at);
+            }
+        }
+        if !self.fenced && self.my_rev.is_some() {
+            at = at.min(self.fence_deadline());
+        }
+        if let Some(d) = self.leader_deadline() {
+            at = at.min(d);
+        }
+        if let Some(d) = self.inflight.as_ref().and_then(|f| f.deadline) {
+            at = at.min(d);
+        }
+        if let Some(d) = self.peers_timeout() {
+            at = at.min(d);
+        }
+        (at != u64::MAX).then_some(at)
+    }
+
+    /// Time passed.
+    fn handle_timeout(&mut self, now: u64) {
+        self.drive(now);
     }
 }

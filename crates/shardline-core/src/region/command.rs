@@ -13,6 +13,18 @@ pub enum RejectReason {
     /// This node was fenced, or the message cannot be routed at all.
     #[error("unavailable: this node cannot route the message")]
     Unavailable,
+    /// This node left the cluster with the message still waiting for its shard's home.
+    #[error("unavailable: this node left the cluster before the message could be routed")]
+    Left,
+}
+
+/// Why the driver could not send a [`RegionCommand::SendToRegion`]; the message was not sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendFailure {
+    /// The queue towards the peer is full.
+    QueueFull,
+    /// There is no connection to the peer.
+    NoConnection,
 }
 
 /// An effect for the driver to carry out, in the order polled.
@@ -28,8 +40,18 @@ pub enum RegionCommand<M> {
         /// The message.
         msg: M,
     },
-    /// Send to another region.
+    /// Send to another region. When that fails, the driver says so at once with
+    /// [`RegionEngine::handle_send_failed`](crate::RegionEngine::handle_send_failed), before it
+    /// carries out the next command.
     SendToRegion {
+        /// The node.
+        to: NodeId,
+        /// The message.
+        msg: RegionMessage<M>,
+    },
+    /// Send to another region once the queue towards it has room: a drain marker, its answer
+    /// or a bounce, none of which may be lost or taken back. Sent after what is queued already.
+    SendToRegionWhenReady {
         /// The node.
         to: NodeId,
         /// The message.
@@ -73,6 +95,18 @@ pub enum RegionCommand<M> {
         epoch: Epoch,
         /// Stop at once.
         fenced: bool,
+    },
+    /// Nudge the running entities of every hosted shard
+    /// ([`HostEngine::nudge`](crate::host::HostEngine::nudge)): those that got no message since
+    /// the last nudge go back to being state in their shard's map. Every
+    /// [`linger_sweep_ms`](crate::RegionConfig::linger_sweep_ms).
+    SweepLingering,
+    /// Stop the entities of every hosted shard idle for `after_ms` or more
+    /// ([`HostEngine::passivate_idle`](crate::host::HostEngine::passivate_idle)). Every half of
+    /// [`passivate_after_ms`](crate::RegionConfig::passivate_after_ms), 500 ms at the least.
+    PassivateIdle {
+        /// How long an entity must have been idle.
+        after_ms: u64,
     },
     /// Tell the sender its message was refused.
     Reject {

@@ -5,11 +5,13 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use super::command::{RegionCommand, RejectReason};
 use super::shard_state::{Hosted, ShardState};
+use crate::engine::Engine;
 use crate::id::{NodeId, ShardId};
 use crate::shard_map::{Epoch, ShardHome, Term};
 
 mod homes;
 mod routing;
+mod sweeps;
 
 /// Settings of a region.
 #[derive(Clone, Debug)]
@@ -19,15 +21,29 @@ pub struct RegionConfig {
     /// Most messages buffered in the region, all shards together (default 100,000). Over it,
     /// senders get [`RejectReason::Overloaded`].
     pub max_buffered: usize,
-    /// First delay before asking the coordinator again after a bounce (default 25 ms); doubles
-    /// up to `retry_max_ms` (default 2 s).
+    /// First delay before asking the coordinator again after a bounce (default 10 ms); doubles
+    /// up to `retry_max_ms` (default 1 s). Short: a bounce most often means the shard has just
+    /// moved, and its new home is known to the coordinator a round trip later.
     pub retry_initial_ms: u64,
     /// Longest delay between two questions about one shard.
     pub retry_max_ms: u64,
-    /// How often an unanswered registration is repeated (default 1 s).
+    /// How often an unanswered registration is repeated (default 500 ms): a region registers
+    /// when its node joins or the coordinator changes, and hosts nothing until it is answered.
     pub register_retry_ms: u64,
     /// False for a proxy region: it routes messages but never hosts shards.
     pub hosting: bool,
+    /// How long a shard whose journal claim was refused is kept before it stops (default 1 s):
+    /// the membership needs a moment to lead above the refused term, and one that cannot
+    /// (leases on a store whose counter is behind the journal) would otherwise have the shard
+    /// stopped and allocated again as fast as the round trips go.
+    pub claim_refused_pause_ms: u64,
+    /// How often the running entities of hosted shards are nudged to go back to being state
+    /// when they got no message since the last nudge ([`RegionCommand::SweepLingering`]). None
+    /// by default (never); the runtime uses [`LINGER_MS`](crate::host::LINGER_MS).
+    pub linger_sweep_ms: Option<u64>,
+    /// How long an entity may stay idle in memory before it is stopped
+    /// ([`RegionCommand::PassivateIdle`]; None, the default: for as long as its shard is here).
+    pub passivate_after_ms: Option<u64>,
 }
 
 impl RegionConfig {
@@ -36,10 +52,13 @@ impl RegionConfig {
         RegionConfig {
             num_shards,
             max_buffered: 100_000,
-            retry_initial_ms: 25,
-            retry_max_ms: 2_000,
-            register_retry_ms: 1_000,
+            retry_initial_ms: 10,
+            retry_max_ms: 1_000,
+            register_retry_ms: 500,
             hosting: true,
+            claim_refused_pause_ms: 1_000,
+            linger_sweep_ms: None,
+            passivate_after_ms: None,
         }
     }
 }
@@ -69,6 +88,11 @@ pub struct RegionEngine<M> {
     next_seq: u64,
     next_token: u64,
     timers: BTreeSet<(u64, ShardId)>,
+    /// Shards whose journal claim was refused, with when they stop (`handle_claim_refused`).
+    pub(super) refused: BTreeSet<(u64, ShardId, Epoch)>,
+    /// When the next linger and passivation sweeps are due (0: at the first timer).
+    pub(super) sweep_linger_at: Option<u64>,
+    pub(super) sweep_idle_at: Option<u64>,
     commands: VecDeque<RegionCommand<M>>,
     fenced: bool,
     /// Incoming streams: (sender, shard) → (stream, next expected position).
@@ -79,6 +103,9 @@ impl<M> RegionEngine<M> {
     /// A region of node `me` that knows no coordinator yet.
     pub fn new(config: RegionConfig, me: NodeId) -> Self {
         let shards = (0..config.num_shards.max(1)).map(|_| ShardState::default()).collect();
+        // The first sweeps at the first timer; a proxy hosts nothing to sweep.
+        let sweep_linger_at = config.linger_sweep_ms.filter(|_| config.hosting).map(|_| 0);
+        let sweep_idle_at = config.passivate_after_ms.filter(|_| config.hosting).map(|_| 0);
         RegionEngine {
             config,
             me,
@@ -91,6 +118,9 @@ impl<M> RegionEngine<M> {
             next_seq: 0,
             next_token: 0,
             timers: BTreeSet::new(),
+            refused: BTreeSet::new(),
+            sweep_linger_at,
+            sweep_idle_at,
             commands: VecDeque::new(),
             fenced: false,
             incoming: HashMap::new(),
@@ -164,7 +194,15 @@ impl<M> RegionEngine<M> {
         self.shards.get(shard.index()).is_some_and(|s| s.hosted != Hosted::No)
     }
 
-    /// Takes every buffered message out (e.g. to fail them when the node shuts down).
+    /// This node left the cluster: every message still waiting for its shard's home is refused
+    /// ([`RejectReason::Left`]), not processed, so its sender may try again elsewhere.
+    pub fn handle_left(&mut self, _now: u64) {
+        for (shard, msg) in self.take_buffered() {
+            self.commands.push_back(RegionCommand::Reject { shard, msg, reason: RejectReason::Left });
+        }
+    }
+
+    /// Takes every buffered message out, as a crash loses them (the simulation's crashes).
     pub fn take_buffered(&mut self) -> Vec<(ShardId, M)> {
         self.buffered = 0;
         let mut out = Vec::new();
@@ -199,29 +237,6 @@ impl<M> RegionEngine<M> {
     /// Whether nothing is buffered, draining, or waiting for an acknowledgement.
     pub fn is_quiet(&self) -> bool {
         self.buffered == 0 && self.shards.iter().all(|s| s.draining.is_none() && s.ack_pending.is_none())
-    }
-
-    /// The next command for the driver, in order.
-    pub fn poll_command(&mut self) -> Option<RegionCommand<M>> {
-        self.commands.pop_front()
-    }
-
-    /// All pending commands.
-    pub fn drain_commands(&mut self) -> impl Iterator<Item = RegionCommand<M>> + '_ {
-        self.commands.drain(..)
-    }
-
-    /// When [`handle_timeout`](Self::handle_timeout) must be called next.
-    pub fn poll_timeout(&self) -> Option<u64> {
-        if self.fenced {
-            // A fenced region does nothing on a timeout (`handle_timeout`), so it asks for none.
-            return None;
-        }
-        let t = self.timers.first().map(|(t, _)| *t);
-        match (t, self.register_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
     }
 
     /// This node leaves and no other member can take its shards (it is the last one, or every
@@ -261,13 +276,45 @@ impl<M> RegionEngine<M> {
         }
         self.buffered = 0;
         self.timers.clear();
+        self.refused.clear();
+        self.sweep_linger_at = None;
+        self.sweep_idle_at = None;
         self.register_at = None;
     }
+}
 
-    /// Timers: repeat unanswered questions to the coordinator.
-    pub fn handle_timeout(&mut self, now: u64) {
+impl<M> Engine for RegionEngine<M> {
+    type Command = RegionCommand<M>;
+
+    /// The next command for the driver, in order.
+    fn poll_command(&mut self) -> Option<RegionCommand<M>> {
+        self.commands.pop_front()
+    }
+
+    /// When [`handle_timeout`](Engine::handle_timeout) must be called next.
+    fn poll_timeout(&self) -> Option<u64> {
+        if self.fenced {
+            // A fenced region does nothing on a timeout (`handle_timeout`), so it asks for none.
+            return None;
+        }
+        let ask = self.timers.first().map(|(t, _)| *t);
+        let refused = self.refused.first().map(|(t, _, _)| *t);
+        [ask, self.register_at, refused, self.sweep_linger_at, self.sweep_idle_at].into_iter().flatten().min()
+    }
+
+    /// Timers: repeat unanswered questions to the coordinator, stop shards whose claim was
+    /// refused.
+    fn handle_timeout(&mut self, now: u64) {
         if self.fenced {
             return;
+        }
+        self.sweep_if_due(now);
+        while let Some(&(t, shard, epoch)) = self.refused.first() {
+            if t > now {
+                break;
+            }
+            self.refused.pop_first();
+            self.stop_refused(shard, epoch);
         }
         while let Some(&(t, shard)) = self.timers.first() {
             if t > now {

@@ -25,5 +25,5 @@ mod command;
 mod engine;
 mod shard_state;
 
-pub use command::{RegionCommand, RejectReason};
+pub use command::{RegionCommand, RejectReason, SendFailure};
 pub use engine::{RegionConfig, RegionEngine, Route};

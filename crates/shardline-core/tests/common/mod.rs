@@ -1,6 +1,7 @@
 //! Fixtures shared by the engine tests.
 #![allow(dead_code)]
 
+use shardline_core::Engine;
 use shardline_core::{
     CoordinatorCommand, CoordinatorConfig, CoordinatorEngine, LeastShards, Member, MemberStatus, MembershipView,
     NodeId, RegionCommand, RegionConfig, RegionEngine, ShardMap,

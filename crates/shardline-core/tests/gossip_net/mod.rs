@@ -2,6 +2,7 @@
 //! tests need: silent, crashed, mute and isolated members, one-way cuts and slow links.
 #![allow(dead_code)]
 
+use shardline_core::Engine;
 use std::collections::{BTreeMap, BTreeSet};
 
 use shardline_core::gossip::{AddressAnswer, GossipCommand, GossipConfig, GossipEngine, GossipEvent, GossipId};
@@ -11,6 +12,9 @@ pub struct Net {
     pub nodes: BTreeMap<String, GossipEngine>,
     /// Addresses that receive nothing and send nothing (a stopped process).
     pub silent: BTreeSet<String>,
+    /// Addresses whose process is stopped (`SIGSTOP`): what is sent to them waits, and is read in
+    /// order, one message a millisecond, once [`Net::wake`] lets them run again.
+    pub paused: BTreeSet<String>,
     /// Addresses whose process crashed while its host runs on: a connection there is refused.
     pub crashed: BTreeSet<String>,
     /// Addresses whose gossip is lost both ways while connections to them succeed (a process
@@ -43,6 +47,7 @@ impl Net {
         Net {
             nodes: BTreeMap::new(),
             silent: BTreeSet::new(),
+            paused: BTreeSet::new(),
             crashed: BTreeSet::new(),
             mute: BTreeSet::new(),
             isolated: BTreeSet::new(),
@@ -95,7 +100,11 @@ impl Net {
             let now = self.now;
             let due: Vec<_> = inflight.iter().filter(|(at, ..)| *at <= now).cloned().collect();
             inflight.retain(|(at, ..)| *at > now);
-            for (_, to, data) in due {
+            for (at, to, data) in due {
+                if self.paused.contains(&to) {
+                    inflight.push((at, to, data));
+                    continue;
+                }
                 let lost = [&self.silent, &self.isolated, &self.crashed, &self.mute];
                 if lost.iter().any(|s| s.contains(&to)) {
                     continue;
@@ -106,7 +115,7 @@ impl Net {
             }
             let mut answers = Vec::new();
             for (addr, e) in self.nodes.iter_mut() {
-                if self.silent.contains(addr) || self.crashed.contains(addr) {
+                if self.silent.contains(addr) || self.paused.contains(addr) || self.crashed.contains(addr) {
                     continue;
                 }
                 if e.poll_timeout().is_some_and(|t| t <= now) {
@@ -132,6 +141,7 @@ impl Net {
                 let answer = if self.crashed.contains(&member.addr) {
                     AddressAnswer::Refused
                 } else if self.silent.contains(&member.addr)
+                    || self.paused.contains(&member.addr)
                     || self.isolated.contains(&member.addr)
                     || self.isolated.contains(&from)
                     || self.cut.contains(&(from.clone(), member.addr.clone()))
@@ -150,6 +160,18 @@ impl Net {
             }
         }
         self.inflight = inflight;
+    }
+
+    /// Lets a paused member run again: it reads what waited for it in order, one message a
+    /// millisecond from the next one on.
+    pub fn wake(&mut self, name: &str) {
+        let addr = format!("{name}:7000");
+        self.paused.remove(&addr);
+        let mut next = self.now;
+        for (at, _, _) in self.inflight.iter_mut().filter(|(_, to, _)| *to == addr) {
+            next += 1;
+            *at = (*at).max(next);
+        }
     }
 
     pub fn view(&self, name: &str) -> shardline_core::gossip::GossipView {

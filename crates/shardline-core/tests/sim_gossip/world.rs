@@ -1,6 +1,7 @@
 //! One schedule: gossip engines on a simulated network with latency, loss, partitions,
 //! asymmetric links, pauses, crashes and restarts as new incarnations.
 
+use shardline_core::Engine;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::Hash;
 
@@ -12,53 +13,8 @@ use shardline_core::{MemberStatus, NodeId, SplitBrainPolicy};
 use super::queue::Queue;
 use super::rng::Rng;
 
-/// The shape of one schedule.
-#[derive(Clone, Debug)]
-pub struct Params {
-    pub seed: u64,
-    pub nodes: usize,
-    pub latency_ms: u64,
-    pub loss: f64,
-    /// The share of messages held up for 0.2–1.5 s (a starved process) while faults happen.
-    pub stalls: f64,
-    pub faults: usize,
-    pub active_ms: u64,
-    /// Engines that never repeat their status (members that joined later never learn it).
-    pub broken_status: bool,
-    /// Engines resolve partitions (`KeepMajority`), and the world makes partitions, one-way
-    /// cuts and pauses; without a resolver, crashes, leaves and loss only.
-    pub resolver: bool,
-    /// The resolver's stable-after (and down margin).
-    pub stable_after_ms: u64,
-    /// Engines that count a downed member as down at once, without the margin that lets its
-    /// side stop first.
-    pub broken_margin: bool,
-    /// Engines that take a member whose address does not answer for gone.
-    pub broken_proof: bool,
-    /// Engines that host whether or not a majority answers them.
-    pub broken_hosting: bool,
-}
-
-impl Params {
-    pub fn random(seed: u64) -> Self {
-        let mut r = Rng::new(seed ^ 0x9055);
-        Params {
-            seed,
-            nodes: r.range(2, 7) as usize,
-            latency_ms: r.range(1, 30),
-            loss: if r.chance(0.5) { 0.0 } else { 0.02 },
-            stalls: if r.chance(0.5) { 0.0 } else { 0.03 },
-            faults: r.range(0, 6) as usize,
-            active_ms: r.range(5_000, 20_000),
-            broken_status: false,
-            resolver: r.chance(0.5),
-            stable_after_ms: r.range(1_000, 5_000),
-            broken_margin: false,
-            broken_proof: false,
-            broken_hosting: false,
-        }
-    }
-}
+mod params;
+pub use params::Params;
 
 #[derive(Debug)]
 enum Ev {
@@ -115,8 +71,12 @@ struct SimNode {
     /// statuses say no cluster is formed) while the survivors are out of its reach: it cannot
     /// tell that from a cluster whose members all restarted, and forms one (the design notes'
     /// "Terms that start over" name this limit; the world found it about once in 10,000
-    /// schedules). G3 leaves it out until it names another member as its leader.
-    first_boot_again: bool,
+    /// schedules). A member that joins the cluster such a seed started, knowing no `Up` member
+    /// outside it, cannot tell it from the real one either: it is part of the same island (the
+    /// world found one that restarted behind a one-way cut, joined the rejoined seed and led the
+    /// island once the seed had downed itself). G3 leaves the island out until its members name a
+    /// leader outside it.
+    island: bool,
 }
 
 pub struct World {
@@ -214,7 +174,7 @@ impl World {
         config.fault_host_without_majority = self.p.broken_hosting;
         config.term_floor = term_floor;
         config.rejoin = rejoin;
-        let first_boot_again = slot == 0 && (term_floor == 0 || rejoin) && self.nodes.len() == self.p.nodes;
+        let island = slot == 0 && (term_floor == 0 || rejoin) && self.nodes.len() == self.p.nodes;
         config.status_every_ms = status_every_ms;
         // Every node knows the first two as seeds.
         let seeds: Vec<String> = (0..self.p.nodes.min(2)).map(addr).collect();
@@ -233,7 +193,7 @@ impl World {
             view: None,
             declared_down: false,
             timer_at: None,
-            first_boot_again,
+            island,
         }
     }
 
@@ -294,9 +254,11 @@ impl World {
                     if let Some((l, term)) = &view.leader {
                         self.claim(*term, l.clone());
                         if Some(l) != self.nodes[slot].id.node.as_ref() {
-                            // Part of a cluster another member leads: whatever it started alone
-                            // is over, and G3 holds for it again.
-                            self.nodes[slot].first_boot_again = false;
+                            // Part of a cluster a member outside the island leads: whatever it
+                            // started alone is over, and G3 holds for it again.
+                            if !self.island().contains(l) {
+                                self.nodes[slot].island = false;
+                            }
                         } else {
                             let up = view
                                 .view
@@ -312,6 +274,19 @@ impl World {
                         GossipEvent::Leads { term } => {
                             if let Some(me) = self.nodes[slot].id.node.clone() {
                                 self.claim(*term, me);
+                            }
+                        }
+                        GossipEvent::Joined => {
+                            let island = self.island();
+                            let me = self.nodes[slot].id.node.clone();
+                            let view = self.nodes[slot].engine.view();
+                            let mut others = view
+                                .view
+                                .members()
+                                .filter(|m| m.status == MemberStatus::Up && Some(&m.node) != me.as_ref())
+                                .peekable();
+                            if others.peek().is_some() && others.all(|m| island.contains(&m.node)) {
+                                self.nodes[slot].island = true;
                             }
                         }
                         GossipEvent::DeclaredDown if !self.nodes[slot].declared_down => {
@@ -371,7 +346,7 @@ impl World {
     /// member is left out only if no leader ever showed it `Up` and reachable (it never joined far
     /// enough to be given a shard: a restart whose answers are cut, say, is downed by the others
     /// before it hears of them), and the first seed restarted before any term was taken or
-    /// rejoining after it was downed (see `first_boot_again`). Without a resolver, gossip promises no such thing: a member is
+    /// rejoining after it was downed, with the members that joined it (see `island`). Without a resolver, gossip promises no such thing: a member is
     /// down once suspicion runs out, and a live member whose suspicion never reached it (foca
     /// spread it to crashed members only) runs on until it hears it was downed (the README's
     /// table: "taken over when suspected").
@@ -392,7 +367,7 @@ impl World {
                         && n.alive
                         && !n.declared_down
                         && n.engine.hosting_until().is_none_or(|until| now < until)
-                        && !n.first_boot_again
+                        && !n.island
                 });
                 if running {
                     let l = leader.id.node.as_ref().map(ToString::to_string).unwrap_or_default();
@@ -401,6 +376,11 @@ impl World {
             }
         }
         self.violations.extend(found);
+    }
+
+    /// The members of a cluster a first seed started beside the one that ran on (see `island`).
+    fn island(&self) -> BTreeSet<NodeId> {
+        self.nodes.iter().filter(|n| n.alive && n.island).filter_map(|n| n.id.node.clone()).collect()
     }
 
     /// G1: one leader per term.

@@ -75,7 +75,7 @@ impl Server {
             .expect("initdb runs")
             .success();
         assert!(ok, "initdb failed in {}", dir.display());
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = shardline::ports::free_port().unwrap();
         let settings = settings(&dir);
         // The files written for the server are the server user's (a key must be its own, 0600).
         let _ = Command::new("chown").args(["-R", "postgres:postgres"]).arg(&dir).status();

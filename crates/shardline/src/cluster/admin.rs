@@ -385,17 +385,17 @@ impl Cluster {
 
     fn known_type(&self, type_key: &str) -> Result<TypeKey, AdminError> {
         let key = TypeKey::new(type_key);
-        match self.region(&key) {
+        match self.inner.types.region(&key) {
             Some(_) => Ok(key),
             None => Err(AdminError::UnknownType(type_key.to_string())),
         }
     }
 
     fn local_coordinator(&self, type_key: &TypeKey) -> Result<std::sync::Arc<Coordinator>, AdminError> {
-        if self.region(type_key).is_none() {
+        if self.inner.types.region(type_key).is_none() {
             return Err(AdminError::UnknownType(type_key.to_string()));
         }
-        let c = self.inner.coordinators.lock().unwrap_or_else(|e| e.into_inner()).get(type_key).cloned();
+        let c = self.inner.types.coordinator(type_key);
         c.ok_or_else(|| AdminError::NoLeader(format!("{} does not lead (any more)", self.node_id().name)))
     }
 

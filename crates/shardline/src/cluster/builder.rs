@@ -1,8 +1,7 @@
 //! Building a node: its settings, then starting its transport, membership and drivers.
 
-use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use shardline_core::NodeId;
@@ -13,6 +12,7 @@ use crate::clock::Clock;
 use crate::error::ConfigError;
 use crate::membership::{ClusterView, Gossip, MembershipProvider, ProviderContext};
 use crate::sharding::node::Node;
+use crate::sharding::types::Types;
 use crate::transport::network::Bound;
 use crate::transport::{Network, TlsConfig, Transport, TransportConfig};
 
@@ -97,7 +97,7 @@ impl ClusterBuilder {
     }
 
     /// Mutual TLS between nodes with this certificate, key and CA (see
-    /// [`transport::tls`](crate::transport::tls)); the node's certificate must be for its node
+    /// [`TlsConfig`](crate::TlsConfig)); the node's certificate must be for its node
     /// name. Without it the node speaks plain TCP and says so loudly in its log.
     pub fn tls(mut self, tls: TlsConfig) -> Self {
         let mut config = self.transport.take().unwrap_or_else(|| TransportConfig::new(self.cluster_name.clone()));
@@ -126,7 +126,7 @@ impl ClusterBuilder {
     }
 
     /// Takes connections from `network` instead of TCP: a simulated network in tests (see
-    /// [`transport::network`](crate::transport::network)). Refused together with TLS.
+    /// [`Network`](crate::Network)). Refused together with TLS.
     pub fn network(mut self, network: Arc<dyn Network>) -> Self {
         self.network = Some(network);
         self
@@ -211,8 +211,7 @@ impl ClusterBuilder {
             node: Node::new(transport.clone(), clock, handle.lease, handle.control.clone(), log),
             addr,
             proxy: self.proxy,
-            regions: RwLock::new(HashMap::new()),
-            coordinators: Mutex::new(HashMap::new()),
+            types: Types::default(),
             view: Mutex::new(ClusterView::default()),
             views: handle.views.clone(),
             applying: Mutex::new(()),

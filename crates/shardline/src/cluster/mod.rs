@@ -16,7 +16,7 @@ use std::any::TypeId;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use shardline_core::{Departure, DepartureStep, DomainEvent, NodeId, TypeKey};
@@ -31,14 +31,15 @@ use crate::sharding::coordinator::Coordinator;
 use crate::sharding::message::NodeTransport;
 use crate::sharding::node::Node;
 use crate::sharding::region::{Region, RegionDyn};
+use crate::sharding::types::Types;
 
 pub(crate) struct NodeInner {
     /// What the sharding runtime sees of this node.
     pub(super) node: Node,
     pub(super) addr: std::net::SocketAddr,
     pub(super) proxy: bool,
-    pub(super) regions: RwLock<HashMap<TypeKey, Arc<dyn RegionDyn>>>,
-    pub(super) coordinators: Mutex<HashMap<TypeKey, Arc<Coordinator>>>,
+    /// Its regions and coordinators.
+    pub(super) types: Types,
     /// The view last applied (see `apply_latest_view`).
     pub(super) view: Mutex<ClusterView>,
     /// The membership's views, newest last.
@@ -126,7 +127,9 @@ impl Cluster {
         self.inner.node.events()
     }
 
-    /// Resolves when this node was declared down or fenced, with the reason.
+    /// Resolves when this node was declared down or fenced, with the reason. Not once a leave
+    /// has begun (an operator's drain, [`leave`](Self::leave)): that ends with
+    /// [`left`](Self::left), even when the node's hosting ends before the leave is over.
     pub async fn downed(&self) -> String {
         let mut rx = self.inner.down_rx.clone();
         loop {
@@ -159,11 +162,11 @@ impl Cluster {
             return Err(ConfigError::Invalid { name: "type_key", reason: "must not be empty".into() });
         }
         let key = TypeKey::new(&settings.type_key);
-        if self.inner.regions.read().unwrap_or_else(|e| e.into_inner()).contains_key(&key) {
+        if self.inner.types.regions.read().unwrap_or_else(|e| e.into_inner()).contains_key(&key) {
             return Err(ConfigError::DuplicateType(settings.type_key));
         }
         let region = Region::<E>::new(self.inner.node.clone(), settings, self.inner.proxy);
-        self.inner.regions.write().unwrap_or_else(|e| e.into_inner()).insert(key, region.clone());
+        self.inner.types.regions.write().unwrap_or_else(|e| e.into_inner()).insert(key, region.clone());
         self.inner.node.add_typed(TypeId::of::<E>(), region.clone());
         self.apply_latest_view();
         Ok(EntityHandle { region, _e: PhantomData })
@@ -196,15 +199,11 @@ impl Cluster {
 
     /// The entity types registered on this node.
     pub fn entities(&self) -> Entities {
-        Entities { node: self.inner.node.clone() }
+        Entities { registry: Arc::new(self.inner.node.clone()) }
     }
 
     pub(super) fn regions(&self) -> Vec<Arc<dyn RegionDyn>> {
-        self.inner.regions.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
-    }
-
-    pub(super) fn region(&self, key: &TypeKey) -> Option<Arc<dyn RegionDyn>> {
-        self.inner.regions.read().unwrap_or_else(|e| e.into_inner()).get(key).cloned()
+        self.inner.types.regions()
     }
 
     /// Applies the membership's newest view: starts or stops this node's coordinators and tells
@@ -237,7 +236,7 @@ impl Cluster {
         }
         let regions = self.regions();
         {
-            let mut coords = self.inner.coordinators.lock().unwrap_or_else(|e| e.into_inner());
+            let mut coords = self.inner.types.coordinators.lock().unwrap_or_else(|e| e.into_inner());
             match &v.leader {
                 Some((leader, term)) if leader == self.inner.node.id() && !self.inner.proxy => {
                     for r in &regions {
@@ -275,14 +274,25 @@ impl Cluster {
         if self.inner.fenced.swap(true, Ordering::AcqRel) {
             return;
         }
-        warn!(node = %self.inner.node.id(), reason = why, "node fenced: stopping every shard");
-        for (_, c) in self.inner.coordinators.lock().unwrap_or_else(|e| e.into_inner()).drain() {
+        // A leaving node's hosting ends with its exit (a gossip member that said `Removed` may
+        // host no more): that is the leave finishing, not the node being downed. Its runner
+        // waits for `left`; signalling `downed` too would race it, and a drained process that
+        // saw `downed` first rejoined the cluster instead of ending.
+        let leaving = !matches!(*self.inner.leave.borrow(), Leave::Staying);
+        if leaving {
+            info!(node = %self.inner.node.id(), reason = why, "hosting ended during the leave: stopping every shard");
+        } else {
+            warn!(node = %self.inner.node.id(), reason = why, "node fenced: stopping every shard");
+        }
+        for (_, c) in self.inner.types.coordinators.lock().unwrap_or_else(|e| e.into_inner()).drain() {
             c.stop();
         }
         for r in self.regions() {
             r.on_fenced();
         }
-        let _ = self.inner.down_tx.send(Some(why.to_string()));
+        if !leaving {
+            let _ = self.inner.down_tx.send(Some(why.to_string()));
+        }
     }
 
     /// Graceful leave: hands every shard of this node off, then leaves the membership.
@@ -358,7 +368,7 @@ impl Cluster {
         if departure.stopped_alone() {
             // Messages for this node's shards that arrived while they stopped have nowhere to go.
             for r in self.regions() {
-                r.fail_buffered("the node left and no other member could take its shards");
+                r.on_left();
             }
         }
         for r in self.regions() {
@@ -371,11 +381,11 @@ impl Cluster {
         // Let the last gossip carry the exit out.
         tokio::time::sleep(Duration::from_millis(600)).await;
         for r in self.regions() {
-            r.fail_buffered("node left the cluster");
+            r.clone().on_left();
             // Refuse what callers still send here, as not processed, instead of buffering it.
             r.on_fenced();
         }
-        for (_, c) in self.inner.coordinators.lock().unwrap_or_else(|e| e.into_inner()).drain() {
+        for (_, c) in self.inner.types.coordinators.lock().unwrap_or_else(|e| e.into_inner()).drain() {
             c.stop();
         }
         self.inner.node.transport().shutdown();
@@ -388,8 +398,10 @@ impl Cluster {
         self.leave_within(Duration::from_secs(60)).await
     }
 
-    /// Stops this node abruptly (its peers see it as crashed: no goodbye, its lease just lapses).
-    /// For tests.
+    /// Stops this node at once, without a hand-off: its peers see it as crashed (no goodbye, its
+    /// lease just lapses) and take its shards once its membership lapses. For a node runner that
+    /// gets a second stop signal during a [`leave`](Self::leave), or whose node was fenced and
+    /// rejoins as a new incarnation; tests use it to crash a node.
     pub fn crash(&self) {
         self.inner.control.halt();
         self.fence("crashed on purpose");
@@ -399,7 +411,7 @@ impl Cluster {
     /// What this process's asks did so far: outcomes, and the latency of a sample (all nodes of
     /// the process together; a process runs one node outside of tests).
     pub fn ask_stats(&self) -> crate::AskStats {
-        crate::sharding::ask_stats::read()
+        crate::sharding::ask::stats::read()
     }
 
     /// What this node hosts, per registered entity type (sorted by type).
@@ -412,9 +424,48 @@ impl Cluster {
     /// Shards each owner hosts, as the coordinator running on this node knows them (empty when
     /// this node does not lead).
     pub fn shard_counts(&self, type_key: &str) -> HashMap<NodeId, usize> {
-        let c = self.inner.coordinators.lock().unwrap_or_else(|e| e.into_inner()).get(&TypeKey::new(type_key)).cloned();
+        let c = self
+            .inner
+            .types
+            .coordinators
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&TypeKey::new(type_key))
+            .cloned();
         c.and_then(|c| c.map())
             .map(|m| m.counts().into_iter().map(|(k, v)| (k.clone(), v)).collect())
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn node() -> Cluster {
+        Cluster::builder().cluster_name("leave").node_name("a").build().await.expect("a lone node starts")
+    }
+
+    fn downed_now(c: &Cluster) -> Option<String> {
+        c.inner.down_rx.borrow().clone()
+    }
+
+    /// The drill that found it: a drained process whose hosting ended at its exit (a gossip
+    /// member that said `Removed`) saw `downed` before `left`, and rejoined instead of ending.
+    #[tokio::test]
+    async fn hosting_that_ends_during_a_leave_does_not_down_the_node() {
+        let c = node().await;
+        assert!(c.begin_leave());
+        c.fence("lease ran out");
+        assert!(c.inner.fenced.load(Ordering::Acquire), "it still stops hosting");
+        assert_eq!(downed_now(&c), None);
+    }
+
+    #[tokio::test]
+    async fn hosting_that_ends_while_staying_downs_the_node() {
+        let c = node().await;
+        c.fence("lease ran out");
+        assert_eq!(downed_now(&c).as_deref(), Some("lease ran out"));
+        assert_eq!(c.downed().await, "lease ran out");
     }
 }

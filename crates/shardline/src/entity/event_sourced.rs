@@ -61,7 +61,7 @@ use tracing::{error, warn};
 use super::EntityHandle;
 use super::{Entity, EntityContext};
 use crate::error::Error;
-use crate::journal::{AppendRequest, EventRecord, JournalError, RecordedReply, Snapshot};
+use crate::journal::{AppendRequest, EventRecord, JournalError, RecordedReply, Snapshot, READ_PAGE};
 use crate::sabotage::{self, Sabotage};
 
 /// State that is the fold of its events. See the [module docs](self).
@@ -215,22 +215,31 @@ impl<T: EventSourced> Persistent<T> {
             }
             None => (T::empty(&self.id), 0),
         };
-        for stored in journal.read(pid, last + 1).await.map_err(journal_error)? {
-            let e = &stored.event;
-            if e.type_name != T::EVENT_TYPE || e.schema_version > T::SCHEMA_VERSION {
-                return Err(PersistError::Unreadable(format!(
-                    "{pid} event {}: unknown type {:?} version {}",
-                    stored.seq, e.type_name, e.schema_version
-                )));
+        // A page at a time: one page in memory however long the history (a history of 20M
+        // events read whole ran Akka's recovery out of memory).
+        loop {
+            let page = journal.read_page(pid, last + 1, READ_PAGE).await.map_err(journal_error)?;
+            let full = page.len() >= READ_PAGE;
+            for stored in page {
+                let e = &stored.event;
+                if e.type_name != T::EVENT_TYPE || e.schema_version > T::SCHEMA_VERSION {
+                    return Err(PersistError::Unreadable(format!(
+                        "{pid} event {}: unknown type {:?} version {}",
+                        stored.seq, e.type_name, e.schema_version
+                    )));
+                }
+                if stored.seq != last + 1 {
+                    return Err(PersistError::Unreadable(format!("{pid}: event {} follows {last}", stored.seq)));
+                }
+                let event: T::Event = postcard::from_bytes(&e.payload).map_err(|err| {
+                    PersistError::Unreadable(format!("{pid} event {}: cannot be decoded: {err}", stored.seq))
+                })?;
+                state.apply(&event);
+                last = stored.seq;
             }
-            if stored.seq != last + 1 {
-                return Err(PersistError::Unreadable(format!("{pid}: event {} follows {last}", stored.seq)));
+            if !full {
+                break;
             }
-            let event: T::Event = postcard::from_bytes(&e.payload).map_err(|err| {
-                PersistError::Unreadable(format!("{pid} event {}: cannot be decoded: {err}", stored.seq))
-            })?;
-            state.apply(&event);
-            last = stored.seq;
         }
         self.state = Some((state, last));
         Ok(())
@@ -503,7 +512,7 @@ impl<T: EventSourced> EventSourcedHandle<T> {
         command: T::Command,
         request_id: RequestId,
     ) -> Result<T::Reply, Error> {
-        self.ask_timeout(id, command, Some(request_id), self.inner.ask_timeout()).await
+        self.ask_timeout(id, command, Some(request_id), self.inner.default_ask_timeout()).await
     }
 
     /// A command with an optional request id (None: not recorded) and a timeout.

@@ -11,22 +11,22 @@ use tokio::sync::oneshot;
 
 use crate::entity::Entity;
 use crate::error::Error;
-use crate::sharding::ask_stats;
+use crate::sharding::ask::stats as ask_stats;
+use crate::sharding::entity::Registry;
 use crate::sharding::envelope::Body;
-use crate::sharding::node::Node;
 use crate::sharding::region::{Region, RegionDyn};
 
 /// The entity types registered on a node: how an entity reaches other entities (it gets this
 /// from its [`EntityContext`](crate::EntityContext), not the whole node).
 #[derive(Clone)]
 pub struct Entities {
-    pub(crate) node: Node,
+    pub(crate) registry: Arc<dyn Registry>,
 }
 
 impl Entities {
     /// The handle of a registered type (None: not registered on this node).
     pub fn handle<E: Entity>(&self) -> Option<EntityHandle<E>> {
-        let any = self.node.typed(std::any::TypeId::of::<E>())?;
+        let any = self.registry.typed(std::any::TypeId::of::<E>())?;
         any.downcast::<Region<E>>().ok().map(|region| EntityHandle { region, _e: PhantomData })
     }
 }
@@ -35,7 +35,7 @@ impl crate::EntityContext {
     /// The entity types registered on this node, to message other entities:
     /// `ctx.entities().handle::<Other>()`.
     pub fn entities(&self) -> Entities {
-        Entities { node: self.node.clone() }
+        Entities { registry: self.registry.clone() }
     }
 }
 
@@ -59,8 +59,8 @@ impl<E: Entity> EntityHandle<E> {
     }
 
     /// The type's default ask timeout.
-    pub fn ask_timeout(&self) -> Duration {
-        self.region.ask_timeout()
+    pub fn default_ask_timeout(&self) -> Duration {
+        self.region.default_ask_timeout()
     }
 
     /// The shard entity `id` belongs to.
@@ -117,7 +117,7 @@ impl<E: Entity> EntityRef<E> {
 
     /// Sends `msg` and waits for the reply, up to the type's default timeout.
     pub async fn ask(&self, msg: E::Message) -> Result<E::Reply, Error> {
-        self.ask_timeout(msg, self.region.ask_timeout()).await
+        self.ask_timeout(msg, self.region.default_ask_timeout()).await
     }
 
     /// Sends `msg` and waits for the reply, up to `timeout`.

@@ -66,6 +66,7 @@ pub async fn run_all(journal: Arc<dyn Journal>, prefix: &str) -> Check {
     fences_refuse_older_epochs(j, &format!("{prefix}-fence")).await?;
     sequence_numbers_conflict_never_duplicate(journal.clone(), &format!("{prefix}-seq")).await?;
     events_keep_their_type_version_and_bytes(j, &format!("{prefix}-bytes")).await?;
+    a_history_reads_a_page_at_a_time(j, &format!("{prefix}-pages")).await?;
     snapshots_keep_the_latest(j, &format!("{prefix}-snap")).await?;
     remembered_entities_follow_their_appends(j, &format!("{prefix}-remember")).await?;
     replies_are_recorded_with_their_events(j, &format!("{prefix}-reply")).await?;
@@ -161,6 +162,31 @@ pub async fn events_keep_their_type_version_and_bytes(j: &dyn Journal, t: &str) 
         j.read(&pid, 1).await.map_err(|e| e.to_string())?.into_iter().map(|e| e.event).collect();
     ensure!(read == written, "events read back differ: {read:?}");
     ensure!(j.read(&format!("{t}|none"), 1).await.map_err(|e| e.to_string())?.is_empty(), "an unknown id has events");
+    Ok(())
+}
+
+/// A page holds at most the events asked for, in order from the one asked for; a short page is
+/// the end; and a whole read (pages one after the other) is longer than one page.
+pub async fn a_history_reads_a_page_at_a_time(j: &dyn Journal, t: &str) -> Check {
+    let f = fence(t, 1, e(1, 1));
+    j.raise_fence(&f).await.map_err(|e| e.to_string())?;
+    let pid = format!("{t}|long");
+    let total = crate::journal::READ_PAGE as u64 + 10;
+    let mut expected = 0;
+    while expected < total {
+        let n = 1000.min(total - expected);
+        j.append(append(&f, &pid, expected, n)).await.map_err(|e| e.to_string())?;
+        expected += n;
+    }
+    let seqs = |page: Vec<crate::journal::StoredEvent>| page.into_iter().map(|e| e.seq).collect::<Vec<u64>>();
+    let page = seqs(j.read_page(&pid, 5, 3).await.map_err(|e| e.to_string())?);
+    ensure!(page == [5, 6, 7], "a page of 3 from 5: {page:?}");
+    let tail = seqs(j.read_page(&pid, total - 1, 3).await.map_err(|e| e.to_string())?);
+    ensure!(tail == [total - 1, total], "the last page is short: {tail:?}");
+    let past = j.read_page(&pid, total + 1, 3).await.map_err(|e| e.to_string())?;
+    ensure!(past.is_empty(), "nothing past the end: {past:?}");
+    let all = seqs(j.read(&pid, 1).await.map_err(|e| e.to_string())?);
+    ensure!(all == (1..=total).collect::<Vec<u64>>(), "a whole read of {total} events: {} read", all.len());
     Ok(())
 }
 

@@ -129,11 +129,16 @@ impl Journal for InMemoryJournal {
         Box::pin(async move { r })
     }
 
-    fn read(&self, persistence_id: &str, from: u64) -> BoxFuture<'_, Result<Vec<StoredEvent>, JournalError>> {
+    fn read_page(
+        &self,
+        persistence_id: &str,
+        from: u64,
+        max: usize,
+    ) -> BoxFuture<'_, Result<Vec<StoredEvent>, JournalError>> {
         let r = self.with(|t| {
             Ok(t.events
                 .get(persistence_id)
-                .map(|e| e.iter().filter(|e| e.seq >= from).cloned().collect())
+                .map(|e| e.iter().filter(|e| e.seq >= from).take(max).cloned().collect())
                 .unwrap_or_default())
         });
         Box::pin(async move { r })

@@ -15,6 +15,9 @@
 //! is newer. So a node that was paused, partitioned or slow to learn that it lost S can never add
 //! to S's history, whatever the membership believed.
 //!
+//! **Several databases.** [`SplitJournal`] spreads the persistence ids over several journals by
+//! slice, each entity's whole history in one of them; fences are raised in all.
+//!
 //! **Sequence numbers.** An append names the sequence number of the last event its writer saw; a
 //! stale one is [`JournalError::Conflict`], never a duplicate or a gap.
 
@@ -22,6 +25,7 @@
 pub mod conformance;
 mod memory;
 pub mod queue;
+pub mod split;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -30,6 +34,7 @@ use shardline_core::{Epoch, ShardId};
 
 pub use memory::InMemoryJournal;
 pub use queue::QueuedJournal;
+pub use split::{part_of, SplitJournal, SLICES};
 
 /// A boxed future, for object-safe journals.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -205,6 +210,10 @@ impl JournalError {
     }
 }
 
+/// How many events a recovery reads at a time (see [`Journal::read_page`]): about 100 bytes
+/// each in memory, so a page is a few hundred kilobytes.
+pub const READ_PAGE: usize = 4096;
+
 /// Where durable entities keep their events. See the [module docs](self).
 pub trait Journal: Send + Sync + 'static {
     /// Raises the stored fence of a shard to `fence.epoch` (never lowers it) and returns the
@@ -217,8 +226,34 @@ pub trait Journal: Send + Sync + 'static {
     /// when `expected_seq` is not the last stored sequence number.
     fn append(&self, request: AppendRequest) -> BoxFuture<'_, Result<u64, JournalError>>;
 
-    /// Events of a persistence id from sequence number `from` (inclusive), in order.
-    fn read(&self, persistence_id: &str, from: u64) -> BoxFuture<'_, Result<Vec<StoredEvent>, JournalError>>;
+    /// At most `max` events of a persistence id from sequence number `from` (inclusive), in
+    /// order: fewer than `max` means there are no more. Recovery reads a history a page at a
+    /// time, so that it holds one page in memory however long the history is.
+    fn read_page(
+        &self,
+        persistence_id: &str,
+        from: u64,
+        max: usize,
+    ) -> BoxFuture<'_, Result<Vec<StoredEvent>, JournalError>>;
+
+    /// Every event of a persistence id from sequence number `from` (inclusive), in order, read a
+    /// page ([`READ_PAGE`] events) at a time. It holds the whole history in memory: for tools and
+    /// tests, not for recovery.
+    fn read(&self, persistence_id: &str, from: u64) -> BoxFuture<'_, Result<Vec<StoredEvent>, JournalError>> {
+        let pid = persistence_id.to_string();
+        Box::pin(async move {
+            let (mut events, mut next) = (Vec::new(), from);
+            loop {
+                let page = self.read_page(&pid, next, READ_PAGE).await?;
+                let full = page.len() >= READ_PAGE;
+                next = page.last().map_or(next, |e| e.seq.saturating_add(1));
+                events.extend(page);
+                if !full {
+                    return Ok(events);
+                }
+            }
+        })
+    }
 
     /// The sequence number of the last event of a persistence id (0: none): what a write that
     /// needs no state appends after, without reading the history.

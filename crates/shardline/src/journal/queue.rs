@@ -17,8 +17,8 @@ pub enum Job {
     RaiseFence(Fence, Reply<Epoch>),
     /// [`Journal::append`].
     Append(Box<AppendRequest>, Reply<u64>),
-    /// [`Journal::read`]: persistence id, first sequence number.
-    Read(String, u64, Reply<Vec<StoredEvent>>),
+    /// [`Journal::read_page`]: persistence id, first sequence number, most events.
+    Read(String, u64, usize, Reply<Vec<StoredEvent>>),
     /// [`Journal::last_seq`]: persistence id.
     LastSeq(String, Reply<u64>),
     /// [`Journal::save_snapshot`]: fence, persistence id, snapshot.
@@ -70,7 +70,7 @@ impl Outcome {
         match job {
             Job::RaiseFence(_, r) => Outcome::Epoch(r, Err(e)),
             Job::Append(_, r) | Job::LastSeq(_, r) | Job::HighestTerm(r) => Outcome::Seq(r, Err(e)),
-            Job::Read(_, _, r) => Outcome::Events(r, Err(e)),
+            Job::Read(_, _, _, r) => Outcome::Events(r, Err(e)),
             Job::SaveSnapshot(_, _, _, r) | Job::Forget(_, _, r) => Outcome::Unit(r, Err(e)),
             Job::LoadSnapshot(_, r) => Outcome::Snapshot(r, Err(e)),
             Job::RecordedReply(_, _, r) => Outcome::Bytes(r, Err(e)),
@@ -141,9 +141,14 @@ impl Journal for QueuedJournal {
         self.call(|r| Job::Append(Box::new(request), r))
     }
 
-    fn read(&self, persistence_id: &str, from: u64) -> BoxFuture<'_, Result<Vec<StoredEvent>, JournalError>> {
+    fn read_page(
+        &self,
+        persistence_id: &str,
+        from: u64,
+        max: usize,
+    ) -> BoxFuture<'_, Result<Vec<StoredEvent>, JournalError>> {
         let pid = persistence_id.to_string();
-        self.call(|r| Job::Read(pid, from, r))
+        self.call(|r| Job::Read(pid, from, max, r))
     }
 
     fn last_seq(&self, persistence_id: &str) -> BoxFuture<'_, Result<u64, JournalError>> {

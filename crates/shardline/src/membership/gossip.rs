@@ -44,6 +44,7 @@ use super::{
     ProviderContext,
 };
 use crate::clock::Clock;
+use crate::driver::owned::{self, Flow, Runner};
 use crate::error::{ConfigError, TransportError};
 
 /// Gossip membership joining through seed addresses. See the module docs.
@@ -142,7 +143,7 @@ impl MembershipProvider for Gossip {
             let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
             let (answers, answers_rx) = mpsc::unbounded_channel();
             // Bounded only with a resolver: without one a partition hosts on both sides anyway.
-            let lease = engine.hosting_until().map(|_| HostingLease::new());
+            let lease = engine.hosting_until().map(|_| HostingLease::new(ctx.clock));
             let driver = Driver {
                 engine,
                 clock: ctx.clock,
@@ -151,9 +152,12 @@ impl MembershipProvider for Gossip {
                 down: BTreeSet::new(),
                 answers,
                 lease: lease.clone(),
+                data: ctx.gossip,
+                control: ctl_rx,
+                answered: answers_rx,
             };
             driver.extend_lease();
-            tokio::spawn(driver.run(ctx.gossip, ctl_rx, answers_rx));
+            tokio::spawn(owned::run(driver));
             Ok(MembershipHandle { views, control: Arc::new(ControlHandle(ctl_tx)), lease, maps: None })
         })
     }
@@ -171,54 +175,67 @@ struct Driver {
     answers: mpsc::UnboundedSender<(GossipId, AddressAnswer)>,
     /// Until when this node may host, as the engine last said.
     lease: Option<HostingLease>,
+    /// Gossip frames from peers.
+    data: mpsc::Receiver<(NodeId, Vec<u8>)>,
+    /// The node's leave, exit and halt.
+    control: mpsc::UnboundedReceiver<Control>,
+    /// What address checks found (`answers` is their sender).
+    answered: mpsc::UnboundedReceiver<(GossipId, AddressAnswer)>,
+}
+
+/// What the gossip driver hears.
+enum Input {
+    Control(Control),
+    Data(Vec<u8>),
+    Address(GossipId, AddressAnswer),
+}
+
+impl Runner for Driver {
+    type Engine = GossipEngine;
+    type Input = Input;
+
+    fn engine(&mut self) -> &mut GossipEngine {
+        &mut self.engine
+    }
+    fn clock(&self) -> &Clock {
+        &self.clock
+    }
+    async fn next_input(&mut self) -> Option<Input> {
+        tokio::select! {
+            c = self.control.recv() => Some(Input::Control(c.unwrap_or(Control::Halt))),
+            d = self.data.recv() => d.map(|(_, bytes)| Input::Data(bytes)),
+            Some((member, answer)) = self.answered.recv() => Some(Input::Address(member, answer)),
+        }
+    }
+    fn handle(&mut self, input: Input, now: u64) -> Flow {
+        match input {
+            Input::Control(Control::Leave) => self.engine.handle_leave(now),
+            Input::Control(Control::Exit) => {
+                // The goodbye goes out on the transport's queues; this node is done.
+                self.engine.handle_exit(now);
+                return Flow::Stop;
+            }
+            Input::Control(Control::FencedAbove(term)) => self.engine.handle_fenced_above(now, term),
+            Input::Control(Control::Halt) => return Flow::Stop,
+            Input::Data(bytes) => self.engine.handle_data(now, &bytes),
+            Input::Address(member, answer) => self.engine.handle_address(now, &member, answer),
+        }
+        Flow::Go
+    }
+    fn carry_out(&mut self, command: GossipCommand) {
+        match command {
+            GossipCommand::Send { to, data } => self.send(to, data),
+            GossipCommand::CheckAddress { member } => self.check_address(member),
+            GossipCommand::Publish(view) => self.publish(view),
+            GossipCommand::Log(event) => log(&event),
+        }
+    }
+    fn settle(&mut self) {
+        self.extend_lease();
+    }
 }
 
 impl Driver {
-    async fn run(
-        mut self,
-        mut data: mpsc::Receiver<(NodeId, Vec<u8>)>,
-        mut control: mpsc::UnboundedReceiver<Control>,
-        mut answers: mpsc::UnboundedReceiver<(GossipId, AddressAnswer)>,
-    ) {
-        loop {
-            self.carry_out();
-            let wake = self.engine.poll_timeout().map(|t| self.clock.at(t));
-            tokio::select! {
-                c = control.recv() => match c {
-                    Some(Control::Leave) => self.engine.handle_leave(self.clock.now_ms()),
-                    Some(Control::Exit) => {
-                        self.engine.handle_exit(self.clock.now_ms());
-                        // The goodbye goes out on the transport's queues; this node is done.
-                        self.carry_out();
-                        return;
-                    }
-                    Some(Control::FencedAbove(term)) => self.engine.handle_fenced_above(self.clock.now_ms(), term),
-                    Some(Control::Halt) | None => return,
-                },
-                d = data.recv() => match d {
-                    Some((_, bytes)) => self.engine.handle_data(self.clock.now_ms(), &bytes),
-                    None => return,
-                },
-                Some((member, answer)) = answers.recv() => {
-                    self.engine.handle_address(self.clock.now_ms(), &member, answer)
-                }
-                _ = sleep_until(wake) => self.engine.handle_timeout(self.clock.now_ms()),
-            }
-        }
-    }
-
-    fn carry_out(&mut self) {
-        self.extend_lease();
-        while let Some(c) = self.engine.poll_command() {
-            match c {
-                GossipCommand::Send { to, data } => self.send(to, data),
-                GossipCommand::CheckAddress { member } => self.check_address(member),
-                GossipCommand::Publish(view) => self.publish(view),
-                GossipCommand::Log(event) => log(&event),
-            }
-        }
-    }
-
     /// Moves the lease to the engine's bound (earlier too: a member joined, answers grew old).
     fn extend_lease(&self) {
         let (Some(lease), Some(until)) = (&self.lease, self.engine.hosting_until()) else { return };
@@ -233,7 +250,7 @@ impl Driver {
             return;
         }
         // A day past now stands for "no end" (an instant that far out would overflow).
-        lease.extend_to(self.clock.at(until.min(now.saturating_add(86_400_000))));
+        lease.extend_to(until.min(now.saturating_add(86_400_000)));
     }
 
     fn send(&self, to: GossipId, data: Vec<u8>) {
@@ -286,13 +303,6 @@ impl Driver {
     fn publish(&mut self, v: GossipView) {
         self.down = v.view.members().filter(|m| m.status.is_fenced()).map(|m| m.node.clone()).collect();
         super::publish_view(&self.view_tx, v.view, v.leader, &v.addresses);
-    }
-}
-
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

@@ -10,8 +10,9 @@ pub mod lease;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
-use tokio::time::Instant;
+use std::sync::Arc;
+
+use crate::clock::Clock;
 
 use shardline_core::{MembershipView, NodeId, Term};
 use tokio::sync::{mpsc, watch};
@@ -125,24 +126,33 @@ pub struct MembershipHandle {
 /// one of many to run. So every entry point (frames, coordinator inputs, each message an entity
 /// is about to process) checks this first: a node whose lease ran out processes nothing more.
 ///
-/// ```
-/// use std::time::Duration;
-/// use tokio::time::Instant;
-/// use shardline::membership::HostingLease;
+/// Its times are milliseconds on the node's [`Clock`], the clock every driver of
+/// the node reads: a test or a simulation that pauses tokio's time pauses the lease with them.
 ///
-/// let lease = HostingLease::new();
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use shardline::membership::HostingLease;
+/// use shardline::Clock;
+///
+/// let clock = Clock::start();
+/// let lease = HostingLease::new(clock);
 /// assert!(!lease.is_valid() && !lease.has_lapsed());
-/// lease.extend_to(Instant::now() + Duration::from_secs(4));
+/// lease.extend_to(4_000);
 /// assert!(lease.is_valid());
+/// tokio::time::sleep(Duration::from_secs(1)).await;
 /// lease.revoke();
 /// assert!(!lease.is_valid() && lease.has_lapsed());
-/// // The end is now the moment of the revocation, no longer 4 s ahead.
-/// assert!(lease.valid_until().unwrap() <= Instant::now());
+/// // The end is now the moment of the revocation, no longer 4 s in.
+/// assert_eq!(lease.valid_until(), Some(1_000));
+/// # }
 /// ```
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct HostingLease {
-    /// [`NEVER`] granted, [`REVOKED`] before it was ever granted, or the end as
-    /// `OFFSET +` milliseconds after [`base`] (exclusive).
+    clock: Clock,
+    /// [`NEVER`] granted, [`REVOKED`] before it was ever granted, or the end as `OFFSET +`
+    /// milliseconds on `clock` (exclusive).
     until: Arc<AtomicU64>,
 }
 
@@ -150,30 +160,25 @@ const NEVER: u64 = 0;
 const REVOKED: u64 = 1;
 const OFFSET: u64 = 2;
 
-/// The process-wide origin of [`HostingLease`] times.
-fn base() -> Instant {
-    static BASE: OnceLock<Instant> = OnceLock::new();
-    *BASE.get_or_init(Instant::now)
-}
-
-fn encode(at: Instant) -> u64 {
-    OFFSET + at.saturating_duration_since(base()).as_millis() as u64
-}
-
 impl HostingLease {
-    /// A lease not granted yet.
-    pub fn new() -> Self {
-        Self::default()
+    /// A lease not granted yet, on the node's clock.
+    pub fn new(clock: Clock) -> Self {
+        HostingLease { clock, until: Arc::new(AtomicU64::new(NEVER)) }
     }
 
-    /// Valid until `at` (the last renewal's start + TTL − safety margin).
-    pub fn extend_to(&self, at: Instant) {
-        self.until.store(encode(at), Ordering::Release);
+    fn now(&self) -> u64 {
+        OFFSET.saturating_add(self.clock.now_ms())
+    }
+
+    /// Valid until `until_ms` on the node's clock (the last renewal's start + TTL − safety
+    /// margin).
+    pub fn extend_to(&self, until_ms: u64) {
+        self.until.store(OFFSET.saturating_add(until_ms), Ordering::Release);
     }
 
     /// Not valid from now on; the recorded end becomes now, if that is earlier.
     pub fn revoke(&self) {
-        let now = encode(Instant::now());
+        let now = self.now();
         let _ = self
             .until
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| Some(if u < OFFSET { REVOKED } else { u.min(now) }));
@@ -182,7 +187,7 @@ impl HostingLease {
     /// Whether the node may host now.
     pub fn is_valid(&self) -> bool {
         let until = self.until.load(Ordering::Acquire);
-        until >= OFFSET && encode(Instant::now()) < until
+        until >= OFFSET && self.now() < until
     }
 
     /// Whether it was granted and has run out (or was revoked): the node must fence itself.
@@ -190,14 +195,14 @@ impl HostingLease {
         match self.until.load(Ordering::Acquire) {
             NEVER => false,
             REVOKED => true,
-            until => encode(Instant::now()) >= until,
+            until => self.now() >= until,
         }
     }
 
-    /// When it ends or ended (None: never granted).
-    pub fn valid_until(&self) -> Option<Instant> {
+    /// When it ends or ended, in milliseconds on the node's clock (None: never granted).
+    pub fn valid_until(&self) -> Option<u64> {
         let until = self.until.load(Ordering::Acquire);
-        (until >= OFFSET).then(|| base() + std::time::Duration::from_millis(until - OFFSET))
+        (until >= OFFSET).then(|| until - OFFSET)
     }
 }
 

@@ -1,8 +1,10 @@
-//! The coordinator driver: runs the core's `CoordinatorEngine` for one type while this node
-//! leads, with one timer task; stops the moment leadership is lost.
+//! The coordinator of one type while this node leads: what the commands of the core's
+//! `CoordinatorEngine` do, on the shared driver; it stops the moment leadership is lost.
 //!
-//! With a lease provider the coordinator first reads the stored shard map and resumes from it;
-//! then a writer task stores the newest map the engine hands out (see [`ShardMaps`]).
+//! With a lease provider the engine first asks for the stored shard map (`LoadShardMap`) and
+//! resumes from it; every map it hands out (`PersistShardMap`) goes to a writer task that stores
+//! the newest (see [`ShardMaps`]). Both report back to the engine, which decides what an outcome
+//! means: this file only carries the store calls out.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -10,43 +12,47 @@ use std::time::Duration;
 
 use shardline_core::{
     AllocationStrategy, ClusterReadModel, ConsistentHash, CoordinatorCommand, CoordinatorConfig, CoordinatorEngine,
-    External, LeastShards, MembershipView, NodeId, Ranges, RebalancingStatus, RoundLimit, ShardId, ShardMap, Term,
-    ToCoordinator, TypeKey, VersionAware,
+    DomainEvent, External, LeastShards, MapLoadError, MapWriteError, MembershipView, NodeId, Ranges, RebalancingStatus,
+    RoundLimit, ShardId, ShardMap, Term, ToCoordinator, TypeKey, VersionAware,
 };
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::settings::{EntitySettings, StrategyKind};
-use crate::membership::lease::{MapStoreError, ShardMaps};
+use crate::driver::shared::{Carrier, Shared};
+use crate::membership::lease::{MapStoreError, Revision, ShardMaps};
 use crate::sharding::message::PeerMessage;
 use crate::sharding::node::Node;
-use crate::sharding::wakeup::{self, Timed, Wakeup};
 
 pub(crate) struct Coordinator {
     pub type_key: TypeKey,
     pub term: Term,
-    engine: Mutex<Slot>,
+    /// The engine (None when it could not be built, logged at start).
+    driver: Shared<Coordinator>,
     node: Node,
-    wakeup: Wakeup,
     stopped: AtomicBool,
-    /// The newest map to store (providers with a store); a writer task stores it.
-    persist: Option<watch::Sender<Option<ShardMap>>>,
+    /// Where the type's map is stored, with the key's revision as this coordinator last saw it.
+    store: Option<MapStore>,
     /// The events this coordinator emitted, folded (the admin API's rebalancing status).
     read: Mutex<ClusterReadModel>,
-    /// The assignments given so far, for a type with the `External` strategy.
-    external: Option<Mutex<External>>,
-    /// The newest view that arrived while this node could not host (gossip's bound held it):
-    /// handled first once it can, or the coordinator would act on the view before it.
-    missed_view: Mutex<Option<MembershipView>>,
 }
 
-enum Slot {
-    /// Reading the stored map; the latest membership view waits here.
-    Loading { view: MembershipView, config: CoordinatorConfig, strategy: Box<dyn AllocationStrategy> },
-    /// Running.
-    Running { engine: Box<CoordinatorEngine> },
-    /// Could not start.
-    Failed,
+/// What the coordinator's lock guards.
+pub(crate) struct State {
+    engine: Option<Box<CoordinatorEngine>>,
+    /// The events the input's commands emitted, relayed once they are all carried out.
+    events: Vec<DomainEvent>,
+}
+
+/// A map to write, with its version.
+type ToWrite = Option<(u64, ShardMap)>;
+
+struct MapStore {
+    maps: ShardMaps,
+    /// The newest map to write; the writer task takes the newest.
+    write: watch::Sender<ToWrite>,
+    /// Its receiver, until the writer task takes it (once the map is loaded).
+    written: Mutex<Option<watch::Receiver<ToWrite>>>,
 }
 
 fn strategy(kind: &StrategyKind, limit: Option<RoundLimit>) -> Box<dyn AllocationStrategy> {
@@ -57,17 +63,16 @@ fn strategy(kind: &StrategyKind, limit: Option<RoundLimit>) -> Box<dyn Allocatio
             Box::new(ConsistentHash { limit: limit.unwrap_or(RoundLimit::UNLIMITED), ..ConsistentHash::default() })
         }
         StrategyKind::Ranges => Box::new(Ranges { limit: limit.unwrap_or(RoundLimit::UNLIMITED) }),
-        StrategyKind::External => Box::new(external(limit)),
+        StrategyKind::External => Box::new(
+            External::new(std::iter::empty::<(ShardId, String)>())
+                .otherwise(LeastShards { limit: limit.unwrap_or_default() }),
+        ),
     }
 }
 
-fn external(limit: Option<RoundLimit>) -> External {
-    External::new(std::iter::empty::<(ShardId, String)>()).otherwise(LeastShards { limit: limit.unwrap_or_default() })
-}
-
 impl Coordinator {
-    /// Starts the coordinator of `settings.type_key` for `term`. With a map store it first reads
-    /// the stored map (retrying while this node leads) and resumes from it.
+    /// Starts the coordinator of `settings.type_key` for `term`. With a map store its engine
+    /// first reads the stored map and resumes from it.
     pub fn start(
         node: Node,
         settings: &EntitySettings,
@@ -79,105 +84,46 @@ impl Coordinator {
         config.hand_off_timeout_ms = settings.hand_off_timeout.as_millis() as u64;
         config.rebalance_interval_ms = settings.rebalance_interval.as_millis() as u64;
         config.resend_interval_ms = 500;
-        let (persist, written) = match &maps {
-            Some(_) => {
-                let (tx, rx) = watch::channel(None);
-                (Some(tx), Some(rx))
-            }
-            None => (None, None),
+        let strategy = strategy(&settings.strategy, settings.rebalance_limit);
+        let me = node.id().clone();
+        let engine = match &maps {
+            Some(_) => CoordinatorEngine::loading(config, me, term, strategy, view.clone()),
+            None => CoordinatorEngine::new(config, me, term, strategy, view.clone(), None, node.now_ms()),
         };
+        let engine = match engine {
+            Ok(e) => Some(Box::new(e)),
+            Err(e) => {
+                warn!(type_key = %settings.type_key, error = %e, "cannot start coordinator");
+                None
+            }
+        };
+        let store = maps.map(|maps| {
+            let (write, written) = watch::channel(None);
+            MapStore { maps, write, written: Mutex::new(Some(written)) }
+        });
         let c = Arc::new(Coordinator {
             type_key: TypeKey::new(&settings.type_key),
             term,
-            engine: Mutex::new(Slot::Loading {
-                view: view.clone(),
-                config,
-                strategy: strategy(&settings.strategy, settings.rebalance_limit),
-            }),
+            driver: Shared::new(State { engine, events: Vec::new() }),
             node,
-            wakeup: Wakeup::default(),
             stopped: AtomicBool::new(false),
-            persist,
+            store,
             read: Mutex::new(ClusterReadModel::default()),
-            external: (settings.strategy == StrategyKind::External)
-                .then(|| Mutex::new(external(settings.rebalance_limit))),
-            missed_view: Mutex::new(None),
         });
-        match (maps, written) {
-            (Some(maps), Some(written)) => {
-                tokio::spawn(load_then_run(Arc::downgrade(&c), maps, written));
-            }
-            _ => c.run(None),
-        }
+        info!(type_key = %c.type_key, term, "coordinator started");
+        c.input(|_, _| {});
+        Shared::start(&c);
         c
     }
 
-    /// Leaves `Loading`: builds the engine (on the stored map, if any) and starts the timer.
-    fn run(self: &Arc<Self>, stored: Option<ShardMap>) {
-        {
-            let mut slot = self.engine.lock().unwrap_or_else(|e| e.into_inner());
-            let (view, config, strategy) = match std::mem::replace(&mut *slot, Slot::Failed) {
-                Slot::Loading { view, config, strategy } => (view, config, strategy),
-                other => {
-                    *slot = other;
-                    return;
-                }
-            };
-            let now = self.node.now_ms();
-            match CoordinatorEngine::new(config, self.node.id().clone(), self.term, strategy, view, stored, now) {
-                Ok(engine) => *slot = Slot::Running { engine: Box::new(engine) },
-                Err(e) => {
-                    warn!(type_key = %self.type_key, error = %e, "cannot start coordinator");
-                    return;
-                }
-            }
-        }
-        info!(type_key = %self.type_key, term = self.term, "coordinator started");
-        self.input(|_, _| {});
-        tokio::spawn(wakeup::run(Arc::downgrade(self)));
-    }
-
-    fn input(&self, f: impl FnOnce(&mut CoordinatorEngine, u64)) {
-        // A coordinator whose node's lease ran out must not decide anything: a newer leader may
-        // already run.
-        if self.stopped.load(Ordering::Acquire) || !self.node.may_host() {
-            return;
-        }
-        let now = self.node.now_ms();
-        let mut slot = self.engine.lock().unwrap_or_else(|e| e.into_inner());
-        let Slot::Running { engine } = &mut *slot else { return };
-        if let Some(view) = self.missed_view.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            engine.handle_membership(now, &view);
-        }
-        f(engine, now);
-        let term = engine.term();
-        let cmds: Vec<CoordinatorCommand> = engine.drain_commands().collect();
-        let mut events = Vec::new();
-        for c in cmds {
-            match &c {
-                CoordinatorCommand::Emit(e) => {
-                    self.node.publish(&self.type_key, e.clone());
-                    events.push(e.clone());
-                }
-                CoordinatorCommand::PersistShardMap { .. } => {
-                    if let Some(tx) = &self.persist {
-                        tx.send_replace(Some(engine.shard_map().clone()));
-                    }
-                }
-                _ => {
-                    for (to, msg) in c.messages(term) {
-                        let _ = self
-                            .node
-                            .transport()
-                            .send(&to, PeerMessage::ToRegion { type_key: self.type_key.clone(), msg });
-                    }
-                }
-            }
-        }
-        if !events.is_empty() {
-            self.relay(engine.view(), &events);
-        }
-        self.wakeup.request(engine.poll_timeout());
+    /// Runs one input through the engine; nothing when the engine is not running.
+    fn input<R>(self: &Arc<Self>, f: impl FnOnce(&mut CoordinatorEngine, u64) -> R) -> Option<R> {
+        let input = |st: &mut State, now| {
+            let engine = st.engine.as_mut()?;
+            engine.apply_held_view(now);
+            Some(f(engine, now))
+        };
+        self.driver.input(self, input).and_then(|(r, ())| r)
     }
 
     /// Folds `events` into the status and sends them, in one frame per member, to every other
@@ -206,165 +152,188 @@ impl Coordinator {
         self.read.lock().unwrap_or_else(|e| e.into_inner()).rebalancing().clone()
     }
 
-    /// New external assignments (shard number, node name), on top of those given before, once
-    /// the engine has checked them all (`CoordinatorEngine::check_assignments`): none is taken
-    /// when one is wrong. Planned at once; shards move by the usual hand-off.
-    pub fn assign(&self, assignments: &[(u32, String)]) -> Result<(), String> {
-        let Some(external) = &self.external else {
-            return Err(format!("entity type {} does not use the External strategy", self.type_key));
-        };
+    /// New external assignments (shard number, node name), on top of those given before. The
+    /// engine checks them all and takes none when one is wrong.
+    pub fn assign(self: &Arc<Self>, assignments: &[(u32, String)]) -> Result<(), String> {
         let assignments: Vec<(ShardId, String)> = assignments.iter().map(|(s, n)| (ShardId(*s), n.clone())).collect();
-        let mut checked = Err("the coordinator is not running".to_string());
-        self.input(|e, now| {
-            if let Err((shard, problem)) = e.check_assignments(&assignments) {
-                checked = Err(format!("{shard}: {problem}"));
-                return;
-            }
-            let mut ext = external.lock().unwrap_or_else(|p| p.into_inner());
-            for (shard, node) in &assignments {
-                ext.assign(*shard, node.clone());
-            }
+        let taken = self
+            .input(|e, now| e.handle_assignments(now, &assignments).map_err(|e| e.to_string()))
+            .unwrap_or_else(|| Err("the coordinator is not running".to_string()));
+        if taken.is_ok() {
             info!(type_key = %self.type_key, assignments = assignments.len(), "external assignments");
-            e.replace_strategy(now, Box::new(ext.clone()));
-            checked = Ok(());
-        });
-        checked
+        }
+        taken
     }
 
     /// An operator asked for a rebalance: plan now.
-    pub fn request_rebalance(&self) {
+    pub fn request_rebalance(self: &Arc<Self>) {
         self.input(|e, now| e.handle_rebalance_request(now));
     }
 
-    pub fn on_frame(&self, from: &NodeId, msg: ToCoordinator) {
+    pub fn on_frame(self: &Arc<Self>, from: &NodeId, msg: ToCoordinator) {
         self.input(|e, now| e.handle_message(now, from, msg));
     }
 
-    pub fn on_membership(&self, view: &MembershipView) {
-        if let Slot::Loading { view: v, .. } = &mut *self.engine.lock().unwrap_or_else(|e| e.into_inner()) {
-            *v = view.clone();
-            return;
-        }
+    pub fn on_membership(self: &Arc<Self>, view: &MembershipView) {
         if !self.node.may_host() {
-            *self.missed_view.lock().unwrap_or_else(|e| e.into_inner()) = Some(view.clone());
+            // Not an input (it would decide nothing now): the engine keeps it for the next one.
+            if let Some(engine) = self.driver.lock().engine.as_mut() {
+                engine.hold_view(view);
+            }
             return;
         }
         self.input(|e, now| e.handle_membership(now, view));
     }
 
-    /// A newer term wrote the shard map: the engine steps down, and so does this driver.
-    fn deposed(&self, by: Term) {
-        self.input(|e, now| e.handle_map_write_refused(now, by));
-        self.stopped.store(true, Ordering::Release);
-        self.wakeup.poke();
-    }
-
-    pub fn stop(&self) {
+    pub fn stop(self: &Arc<Self>) {
         self.input(|e, now| e.handle_leadership_lost(now));
         self.stopped.store(true, Ordering::Release);
-        self.wakeup.poke();
+        self.driver.poke();
         info!(type_key = %self.type_key, term = self.term, "coordinator stopped");
     }
 
-    /// Shards per owner, as this coordinator knows them.
+    /// Shards per owner, as this coordinator knows them (None before the stored map is read).
     pub fn map(&self) -> Option<ShardMap> {
-        match &*self.engine.lock().unwrap_or_else(|e| e.into_inner()) {
-            Slot::Running { engine } => Some(engine.shard_map().clone()),
-            _ => None,
-        }
+        self.driver.lock().engine.as_ref().filter(|e| !e.is_loading()).map(|e| e.shard_map().clone())
     }
 }
 
-impl Timed for Coordinator {
-    fn wakeup(&self) -> &Wakeup {
-        &self.wakeup
+impl Carrier for Coordinator {
+    type Engine = CoordinatorEngine;
+    type State = State;
+    type Settled = ();
+
+    fn shared(&self) -> &Shared<Self> {
+        &self.driver
+    }
+    fn engine(state: &mut State) -> Option<&mut CoordinatorEngine> {
+        state.engine.as_deref_mut()
     }
     fn now_ms(&self) -> u64 {
         self.node.now_ms()
     }
-    fn stopped(&self) -> bool {
-        self.stopped.load(Ordering::Acquire)
-            || !matches!(&*self.engine.lock().unwrap_or_else(|e| e.into_inner()), Slot::Running { .. })
+    /// A coordinator whose node's lease ran out must not decide anything: a newer leader may
+    /// already run.
+    fn accepts_input(&self) -> bool {
+        !self.stopped.load(Ordering::Acquire) && self.node.may_host()
     }
-    fn fire(self: &Arc<Self>) {
-        self.input(|e, now| e.handle_timeout(now));
+    fn carry_out(self: &Arc<Self>, st: &mut State, command: CoordinatorCommand, _now: u64) {
+        match command {
+            CoordinatorCommand::Emit(e) => {
+                self.node.publish(&self.type_key, e.clone());
+                st.events.push(e);
+            }
+            CoordinatorCommand::LoadShardMap => {
+                if let Some(store) = &self.store {
+                    tokio::spawn(load(Arc::downgrade(self), store.maps.clone()));
+                }
+            }
+            CoordinatorCommand::PersistShardMap { version, map, .. } => {
+                if let Some(store) = &self.store {
+                    store.write.send_replace(Some((version, map)));
+                }
+            }
+            c => {
+                let Some(term) = st.engine.as_ref().map(|e| e.term()) else { return };
+                for (to, msg) in c.messages(term) {
+                    let _ =
+                        self.node.transport().send(&to, PeerMessage::ToRegion { type_key: self.type_key.clone(), msg });
+                }
+            }
+        }
+    }
+    fn settle(self: &Arc<Self>, st: &mut State, _now: u64) {
+        let Some(engine) = st.engine.as_ref() else { return };
+        if !st.events.is_empty() {
+            let events = std::mem::take(&mut st.events);
+            self.relay(engine.view(), &events);
+        }
+        if engine.is_stopped() {
+            self.stopped.store(true, Ordering::Release);
+            self.driver.poke();
+        }
+    }
+    fn finished(&self) -> bool {
+        self.stopped.load(Ordering::Acquire) || self.driver.lock().engine.is_none()
     }
 }
 
 /// How long one store call of the coordinator may take.
 const STORE_CALL_LIMIT: Duration = Duration::from_secs(3);
 
-/// Reads the stored map (retrying while the coordinator runs), starts the engine on it, then
-/// stores every new map the engine hands out, newest first.
-async fn load_then_run(c: Weak<Coordinator>, maps: ShardMaps, mut written: watch::Receiver<Option<ShardMap>>) {
-    let type_key = match c.upgrade() {
-        Some(co) => co.type_key.to_string(),
-        None => return,
+/// Reads the stored map for the engine (`LoadShardMap`). Once it is read, the writer task starts.
+async fn load(c: Weak<Coordinator>, maps: ShardMaps) {
+    let Some(type_key) = c.upgrade().map(|co| co.type_key.to_string()) else { return };
+    let loaded = match tokio::time::timeout(STORE_CALL_LIMIT, maps.load(&type_key)).await {
+        Ok(Ok(loaded)) => {
+            if let Some(l) = &loaded {
+                info!(%type_key, term = l.term, version = l.map.version(), shards = l.map.num_shards(),
+                    "resuming from the stored shard map");
+            }
+            Ok(loaded)
+        }
+        Ok(Err(MapStoreError::Corrupt { reason, .. })) => {
+            warn!(%type_key, %reason, "stored shard map is unreadable: starting over");
+            Err(MapLoadError::Unreadable { reason })
+        }
+        Ok(Err(e)) => {
+            warn!(%type_key, error = %e, "cannot read the stored shard map; retrying");
+            Err(MapLoadError::Unavailable { reason: e.to_string() })
+        }
+        Err(_) => {
+            warn!(%type_key, "reading the stored shard map timed out; retrying");
+            Err(MapLoadError::Unavailable { reason: "timed out".into() })
+        }
     };
-    let mut revision = loop {
-        let r = tokio::time::timeout(STORE_CALL_LIMIT, maps.load(&type_key)).await;
+    let Some(co) = c.upgrade() else { return };
+    let Some(store) = &co.store else { return };
+    // The map is read, or will be started over: from now on the engine writes it. (An
+    // unreadable key's revision is learnt from the first write's conflict.)
+    if !matches!(loaded, Err(MapLoadError::Unavailable { .. })) {
+        let revision = match &loaded {
+            Ok(Some(l)) => l.revision,
+            _ => 0,
+        };
+        if let Some(written) = store.written.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            tokio::spawn(write(Arc::downgrade(&co), maps, written, revision));
+        }
+    }
+    co.input(|e, now| e.handle_map_loaded(now, loaded.map(|l| l.map(|l| l.map))));
+}
+
+/// Stores the newest map the engine hands out (`PersistShardMap`), and tells it the outcome.
+/// `revision`: the key's, as this coordinator last saw it (the next compare-and-set's).
+async fn write(c: Weak<Coordinator>, maps: ShardMaps, mut written: watch::Receiver<ToWrite>, mut revision: Revision) {
+    while written.changed().await.is_ok() {
+        let Some((version, map)) = written.borrow_and_update().clone() else { continue };
         let Some(co) = c.upgrade() else { return };
+        // A coordinator that stopped (lost its leadership, deposed) writes nothing more.
         if co.stopped.load(Ordering::Acquire) {
             return;
         }
-        match r {
-            Ok(Ok(loaded)) => {
-                // The engine decides what to take from it (a map of another shard count: nothing).
-                let revision = loaded.as_ref().map_or(0, |l| l.revision);
-                if let Some(l) = &loaded {
-                    info!(%type_key, term = l.term, version = l.map.version(), shards = l.map.num_shards(),
-                        "resuming from the stored shard map");
-                }
-                co.run(loaded.map(|l| l.map));
-                break revision;
-            }
-            Ok(Err(MapStoreError::Corrupt { reason, .. })) => {
-                warn!(%type_key, %reason, "stored shard map is unreadable: starting over");
-                co.run(None);
-                break 0;
-            }
-            Ok(Err(e)) => warn!(%type_key, error = %e, "cannot read the stored shard map; retrying"),
-            Err(_) => warn!(%type_key, "reading the stored shard map timed out; retrying"),
-        }
+        let (type_key, term) = (co.type_key.to_string(), co.term);
         drop(co);
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
-    let mut retry = false;
-    loop {
-        if !retry && written.changed().await.is_err() {
-            return;
-        }
-        let Some(map) = written.borrow_and_update().clone() else { continue };
-        let Some(co) = c.upgrade() else { return };
-        if co.stopped.load(Ordering::Acquire) {
-            return;
-        }
-        let term = co.term;
-        drop(co);
-        match tokio::time::timeout(STORE_CALL_LIMIT, maps.save(&type_key, term, &map, revision)).await {
-            Ok(Ok(r)) => {
-                revision = r;
-                retry = false;
-                debug!(%type_key, version = map.version(), "shard map stored");
+        let outcome = match tokio::time::timeout(STORE_CALL_LIMIT, maps.save(&type_key, term, &map, revision)).await {
+            Ok(Ok(stored_at)) => {
+                debug!(%type_key, version, "shard map stored");
+                revision = stored_at;
+                Ok(())
             }
-            Ok(Err(e @ MapStoreError::Deposed { stored, .. })) => {
-                warn!(%type_key, error = %e, "deposed: a newer coordinator wrote the shard map; stepping down");
-                if let Some(co) = c.upgrade() {
-                    co.deposed(stored);
-                }
-                return;
+            Ok(Err(MapStoreError::Conflict { stored, revision: now_at, .. })) => {
+                warn!(%type_key, ?stored, "the stored shard map changed meanwhile");
+                revision = now_at;
+                Err(MapWriteError::Conflict { term: stored })
             }
             Ok(Err(e)) => {
                 warn!(%type_key, error = %e, "cannot store the shard map; retrying");
-                retry = true;
+                Err(MapWriteError::Unavailable { reason: e.to_string() })
             }
             Err(_) => {
                 warn!(%type_key, "storing the shard map timed out; retrying");
-                retry = true;
+                Err(MapWriteError::Unavailable { reason: "timed out".into() })
             }
-        }
-        if retry {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        };
+        let Some(co) = c.upgrade() else { return };
+        co.input(|e, now| e.handle_map_stored(now, version, outcome));
     }
 }

@@ -2,6 +2,7 @@
 //! shard hosts run, and the [`EntityContext`] they give it. It is defined here, in the layer that
 //! hosts entities, and re-exported by [`crate::entity`], which builds the typed API on it.
 
+use std::any::{Any, TypeId};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -10,7 +11,6 @@ use serde::Serialize;
 use shardline_core::{EntityId, Epoch, ShardId};
 
 use super::claim::ShardClaim;
-use super::node::Node;
 use super::settings::Persistence;
 use crate::journal::{Fence, Journal, JournalError};
 
@@ -52,13 +52,21 @@ pub trait Entity: Sized + Send + 'static {
     }
 }
 
+/// The entity types registered on a node, as its entities reach them
+/// ([`EntityContext::entities`](crate::EntityContext::entities)); the node implements it, so
+/// that the contract names nothing above it.
+pub(crate) trait Registry: Send + Sync {
+    /// The region of a registered type, by the type's `TypeId`.
+    fn typed(&self, id: TypeId) -> Option<Arc<dyn Any + Send + Sync>>;
+}
+
 /// What an entity knows about itself while it runs.
 pub struct EntityContext {
     pub(crate) id: EntityId,
     pub(crate) shard: ShardId,
     pub(crate) epoch: Epoch,
     pub(crate) passivate: bool,
-    pub(crate) node: Node,
+    pub(crate) registry: Arc<dyn Registry>,
     pub(crate) type_key: Arc<str>,
     pub(crate) claim: Option<Arc<ShardClaim>>,
     pub(crate) persistence: Persistence,

@@ -1,32 +1,13 @@
-//! Messages in flight inside the runtime: typed while local, bytes on the wire.
+//! Messages in flight inside a node: typed while local, bytes once they came from the wire (whose
+//! form, [`WireEnvelope`], is in [`message`](super::message) with the rest of the wire).
 
-use serde::{Deserialize, Serialize};
-use shardline_core::{EntityId, NodeId};
+use shardline_core::EntityId;
 use tokio::sync::oneshot;
 
 use super::entity::Entity;
+use super::message::ReplyAddr;
 use crate::error::Error;
 use crate::transport::Owed;
-
-/// Where the reply of a remote ask goes.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReplyAddr {
-    /// The asking node.
-    pub node: NodeId,
-    /// Its request id.
-    pub req_id: u64,
-}
-
-/// A message as it crosses the network.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WireEnvelope {
-    /// The target entity.
-    pub entity: EntityId,
-    /// The postcard-encoded message.
-    pub payload: Vec<u8>,
-    /// Where to reply (None for `tell`).
-    pub reply: Option<ReplyAddr>,
-}
 
 pub(crate) type ReplySender<E> = oneshot::Sender<Result<<E as Entity>::Reply, Error>>;
 
@@ -51,8 +32,11 @@ pub(crate) enum Body<E: Entity> {
     /// Never leaves the node.
     Nudge,
     /// Starts the entity (its `started` hook runs) without a message: a remembered entity whose
-    /// shard started here. Never leaves the node.
-    Wake,
+    /// shard started here. It holds a place among the remembered entities starting at once,
+    /// given back when it is dropped: once the entity has started. Never leaves the node.
+    Wake {
+        place: Option<tokio::sync::OwnedSemaphorePermit>,
+    },
 }
 
 pub(crate) struct Envelope<E: Entity> {

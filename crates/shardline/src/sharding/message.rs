@@ -2,17 +2,36 @@
 //! answers to remote asks, and the membership provider's data (opaque bytes here).
 
 use serde::{Deserialize, Serialize};
-use shardline_core::{DomainEvent, NodeId, RegionMessage, ToCoordinator, ToRegion, TypeKey};
+use shardline_core::{DomainEvent, EntityId, NodeId, RegionMessage, ToCoordinator, ToRegion, TypeKey};
 use tracing::{debug, warn};
 
-use super::envelope::WireEnvelope;
 use crate::transport::{SendError, Transport};
+
+/// Where the reply of a remote ask goes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplyAddr {
+    /// The asking node.
+    pub node: NodeId,
+    /// Its request id.
+    pub req_id: u64,
+}
+
+/// A message as it crosses the network.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireEnvelope {
+    /// The target entity.
+    pub entity: EntityId,
+    /// The postcard-encoded message.
+    pub payload: Vec<u8>,
+    /// Where to reply (None for `tell`).
+    pub reply: Option<ReplyAddr>,
+}
 
 /// Everything nodes say to each other once connected.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) enum PeerMessage {
-    /// Data of the membership provider (gossip).
-    Gossip(Vec<u8>),
+    /// Data of the membership provider: gossip packets, or a lease provider's keep-alives.
+    Membership(Vec<u8>),
     /// To the coordinator of a type.
     ToCoordinator {
         /// The entity type.

@@ -12,9 +12,10 @@ use shardline_core::{DomainEvent, Epoch, NodeId, ShardId, Term, TypeKey};
 use tokio::sync::broadcast;
 use tracing::info;
 
-use super::deadlines::Deadlines;
+use super::ask::deadlines::Deadlines;
+use super::ask::pending::Pending;
+use super::entity::Registry;
 use super::message::NodeTransport;
-use super::pending::Pending;
 use crate::clock::Clock;
 use crate::membership::{HostingLease, MembershipControl};
 
@@ -53,7 +54,7 @@ impl Node {
                 me: transport.me().clone(),
                 transport,
                 pending: Pending::new(),
-                deadlines: Deadlines::start(),
+                deadlines: Deadlines::start(clock),
                 clock,
                 lease,
                 membership,
@@ -102,21 +103,10 @@ impl Node {
             || crate::sabotage::is(crate::sabotage::Sabotage::IgnoreLease)
     }
 
-    /// Whether this node may process messages, waiting up to `limit` while its lease has not
-    /// been granted yet (gossip's, just after joining: until a majority has answered); a lease
-    /// that ran out is not waited for.
-    pub async fn may_host_within(&self, limit: std::time::Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            if self.may_host() {
-                return true;
-            }
-            let granted = self.lease().is_none_or(|l| l.valid_until().is_some() || l.has_lapsed());
-            if granted || tokio::time::Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+    /// Whether this node's lease was ever granted (a node without one counts as granted): a
+    /// lease granted and run out is not waited for.
+    pub fn lease_granted(&self) -> bool {
+        self.lease().is_none_or(|l| l.valid_until().is_some() || l.has_lapsed())
     }
 
     /// Hands a coordinator's domain event to whoever listens (and the log).
@@ -141,7 +131,7 @@ impl Node {
         // A shard stopped after the lease ran out (the process was paused) was idle since the
         // lease's end: every message checks the lease before it is processed.
         if let Some(until) = self.lease().filter(|l| !start && l.has_lapsed()).and_then(|l| l.valid_until()) {
-            now -= until.elapsed();
+            now -= std::time::Duration::from_millis(self.now_ms().saturating_sub(until));
         }
         let ms = now.duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
         let what = if start { "start" } else { "stop" };
@@ -159,5 +149,11 @@ impl Node {
     /// The region of entity type `id`, if registered.
     pub fn typed(&self, id: TypeId) -> Option<Arc<dyn Any + Send + Sync>> {
         self.shared.typed.read().unwrap_or_else(|e| e.into_inner()).get(&id).cloned()
+    }
+}
+
+impl Registry for Node {
+    fn typed(&self, id: TypeId) -> Option<Arc<dyn Any + Send + Sync>> {
+        Node::typed(self, id)
     }
 }

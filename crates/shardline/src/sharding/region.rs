@@ -1,36 +1,39 @@
-//! The region driver for one entity type: the core's `RegionEngine` behind a mutex, its
-//! commands carried out in order while the lock is held (none of them blocks), and one timer task.
+//! The region of one entity type: what the commands of the core's `RegionEngine` do, on the
+//! shared driver (the engine behind a lock, one wake-up task).
 //!
 //! Messages for shards this node hosts skip the engine's lock: `routes` holds, per shard, the
 //! host a send would be delivered to (`RegionEngine::local_epoch`), refreshed under the lock after
 //! every input that can change it. Every caller on the node used to take that one lock per ask.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use shardline_core::{
-    Epoch, NodeId, RegionCommand, RegionConfig, RegionEngine, RegionMessage, RejectReason, ShardId, Term, ToRegion,
+    Epoch, NodeId, RegionCommand, RegionConfig, RegionEngine, RegionMessage, SendFailure, ShardId, Term, ToRegion,
     TypeKey,
 };
 use tracing::{debug, info, warn};
 
+use super::ask::deadlines::Deadlines;
 use super::claim::ShardClaim;
-use super::deadlines::Deadlines;
 use super::entity::Entity;
-use super::envelope::{Body, Envelope, ReplyAddr, WireEnvelope};
-use super::host::{fail, HostEnv, ShardHost, LINGER};
+use super::envelope::{Body, Envelope};
+use super::host::{HostEnv, ShardHost};
+use super::message::{ReplyAddr, WireEnvelope};
+use super::refusal::{refuse, Refusal};
 use super::settings::EntitySettings;
+use crate::driver::shared::{Carrier, Shared};
 use crate::error::Error;
 use crate::journal::JournalError;
 use crate::sharding::message::PeerMessage;
 use crate::sharding::node::Node;
-use crate::sharding::wakeup::{self, Timed, Wakeup};
 use crate::transport::SendError;
 
-struct State<E: Entity> {
+pub(crate) struct State<E: Entity> {
     engine: RegionEngine<Envelope<E>>,
     hosts: HashMap<ShardId, Arc<ShardHost<E>>>,
     /// A `tell` refused while the lock was held (reported to its caller).
@@ -40,6 +43,8 @@ struct State<E: Entity> {
     routed: Vec<Option<Epoch>>,
     /// The input's own commands fed failures back into the engine (undeliverable, queue full).
     fed_back: bool,
+    /// The input may change a route (see `Region::input_then`).
+    may_reroute: bool,
 }
 
 /// The host a shard's messages go to without the engine, when there is one.
@@ -50,10 +55,13 @@ pub(crate) struct Region<E: Entity> {
     pub settings: EntitySettings,
     node: Node,
     env: Arc<HostEnv>,
-    state: Mutex<State<E>>,
+    driver: Shared<Region<E>>,
     /// Per shard, the host a message is delivered to without the engine (see the module docs).
     routes: Box<[LocalRoute<E>]>,
-    wakeup: Wakeup,
+    /// A passivation sweep runs.
+    passivating: AtomicBool,
+    /// Places of the remembered entities starting at once on this node, across its shards.
+    remembering: Arc<tokio::sync::Semaphore>,
 }
 
 /// What the node needs from a region of any type.
@@ -70,7 +78,8 @@ pub(crate) trait RegionDyn: Send + Sync {
     fn hosted(&self) -> Vec<(ShardId, Epoch)>;
     fn flush_all(self: Arc<Self>);
     fn is_settled(&self) -> bool;
-    fn fail_buffered(&self, why: &str);
+    /// The node left: what still waits for a home is refused, not processed.
+    fn on_left(self: Arc<Self>);
     fn homes(&self) -> Vec<Option<NodeId>>;
     fn entity_count(&self) -> usize;
     fn active_count(&self) -> usize;
@@ -98,15 +107,15 @@ impl<E: Entity> Region<E> {
         let mut rc = RegionConfig::new(settings.shards);
         rc.max_buffered = settings.max_buffered;
         rc.hosting = !proxy;
-        rc.retry_initial_ms = 10;
-        rc.retry_max_ms = 1_000;
-        rc.register_retry_ms = 500;
+        rc.linger_sweep_ms = Some(shardline_core::host::LINGER_MS);
+        rc.passivate_after_ms = settings.passivate_after.map(|d| d.as_millis().min(u128::from(u64::MAX)) as u64);
         let me = node.id().clone();
         let shards = settings.shards;
+        let remember_at_once = settings.persistence.remember_at_once;
         let env = Arc::new(HostEnv {
             node: node.clone(),
+            registry: Arc::new(node.clone()),
             mailbox: settings.mailbox,
-            started: Instant::now(),
             type_key: Arc::from(settings.type_key.as_str()),
             persistence: settings.persistence,
         });
@@ -115,21 +124,19 @@ impl<E: Entity> Region<E> {
             settings,
             node,
             env,
-            state: Mutex::new(State {
+            driver: Shared::new(State {
                 engine: RegionEngine::new(rc, me),
                 hosts: HashMap::new(),
                 refused: None,
                 routed: vec![None; shards as usize],
                 fed_back: false,
+                may_reroute: true,
             }),
             routes: (0..shards).map(|_| RwLock::new(None)).collect(),
-            wakeup: Wakeup::default(),
+            passivating: AtomicBool::new(false),
+            remembering: Arc::new(tokio::sync::Semaphore::new(remember_at_once)),
         });
-        tokio::spawn(wakeup::run(Arc::downgrade(&region)));
-        tokio::spawn(linger(Arc::downgrade(&region)));
-        if let Some(after) = region.settings.passivate_after {
-            tokio::spawn(passivation(Arc::downgrade(&region), after));
-        }
+        Shared::start(&region);
         region
     }
 
@@ -138,7 +145,7 @@ impl<E: Entity> Region<E> {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State<E>> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.driver.lock()
     }
 
     /// Runs one input through the engine, carries out what it asks for and refreshes the routes.
@@ -153,19 +160,13 @@ impl<E: Entity> Region<E> {
         f: impl FnOnce(&mut RegionEngine<Envelope<E>>, u64),
         refresh_routes: bool,
     ) -> Option<Error> {
-        let now = self.now();
-        let mut st = self.lock();
-        st.refused = None;
-        st.fed_back = false;
-        f(&mut st.engine, now);
-        self.run_commands(&mut st, now);
-        // What a send's or a forward's failed commands feed back concerns shards routed
-        // elsewhere; refreshed anyway rather than argued about.
-        if refresh_routes || st.fed_back {
-            self.refresh_routes(&mut st);
-        }
-        self.wakeup.request(st.engine.poll_timeout());
-        st.refused.take()
+        let input = |st: &mut State<E>, now| {
+            st.refused = None;
+            st.fed_back = false;
+            st.may_reroute = refresh_routes;
+            f(&mut st.engine, now)
+        };
+        self.driver.input(self, input).and_then(|((), refused)| refused)
     }
 
     /// Makes `routes` agree with the engine; called with the engine's lock held.
@@ -184,151 +185,142 @@ impl<E: Entity> Region<E> {
         }
     }
 
-    fn run_commands(self: &Arc<Self>, st: &mut State<E>, now: u64) {
-        loop {
-            let mut returned = Vec::new();
-            let mut jammed = Vec::new();
-            let mut any = false;
-            while let Some(cmd) = st.engine.poll_command() {
-                any = true;
-                match cmd {
-                    RegionCommand::Deliver { shard, epoch, msg } => match st.hosts.get(&shard) {
-                        Some(h) if h.epoch() == epoch => h.deliver(msg),
-                        // The engine delivers only at the epoch it hosts the shard at, which it
-                        // announced (StartShard, RaiseEpoch): anything else is a bug, refused.
-                        Some(h) => {
-                            warn!(type_key = %self.type_key, %shard, %epoch, hosted = %h.epoch(), "delivery at another epoch than the hosted one: refused");
-                            fail(&self.node, msg.body, Error::Unavailable(format!("{shard} is not hosted at {epoch}")))
-                        }
-                        None => fail(&self.node, msg.body, Error::Unavailable(format!("{shard} is not started"))),
-                    },
-                    RegionCommand::SendToRegion { to, msg } => {
-                        if let Some(wire) = self.to_wire(msg) {
-                            // Behind a forward that found the queue full: wait with it.
-                            if matches!(wire, RegionMessage::Forward { .. }) && jammed.iter().any(|(t, _)| *t == to) {
-                                jammed.push((to, wire));
-                                continue;
-                            }
-                            let frame = PeerMessage::Region { type_key: self.type_key.clone(), msg: wire };
-                            match self.node.transport().send(&to, frame) {
-                                Ok(()) => {}
-                                Err(SendError::Full(f)) => match *f {
-                                    // Back into the buffer at its place until the peer caught
-                                    // up (see `handle_send_queue_full`): nothing lost, order
-                                    // kept. The region's bounded buffer turns a lasting jam
-                                    // into `Overloaded` for new senders.
-                                    PeerMessage::Region { msg: msg @ RegionMessage::Forward { .. }, .. } => {
-                                        metrics::counter!("shardline_region_send_queue_full_total").increment(1);
-                                        jammed.push((to, msg));
-                                    }
-                                    // Drain markers, their answers and bounces must not be lost:
-                                    // they wait for room.
-                                    frame => self.node.transport().send_when_ready(&to, frame),
-                                },
-                                Err(e) => {
-                                    if let PeerMessage::Region { msg, .. } = e.into_frame() {
-                                        returned.push((to, msg));
-                                    }
-                                }
-                            }
-                        }
+    fn carry_out_command(self: &Arc<Self>, st: &mut State<E>, cmd: RegionCommand<Envelope<E>>, now: u64) {
+        match cmd {
+            RegionCommand::Deliver { shard, epoch, msg } => match st.hosts.get(&shard) {
+                Some(h) if h.epoch() == epoch => h.deliver(msg),
+                // The engine delivers only at the epoch it hosts the shard at, which it
+                // announced (StartShard, RaiseEpoch): anything else is a bug, refused.
+                Some(h) => {
+                    warn!(type_key = %self.type_key, %shard, %epoch, hosted = %h.epoch(), "delivery at another epoch than the hosted one: refused");
+                    refuse(self.node.transport(), msg.body, Refusal::NotHostedAt(shard, epoch))
+                }
+                None => refuse(self.node.transport(), msg.body, Refusal::NotStarted(shard)),
+            },
+            RegionCommand::SendToRegion { to, msg } => {
+                let Some(wire) = self.to_wire(msg) else { return };
+                let frame = PeerMessage::Region { type_key: self.type_key.clone(), msg: wire };
+                let (why, frame) = match self.node.transport().send(&to, frame) {
+                    Ok(()) => return,
+                    Err(SendError::Full(f)) => {
+                        metrics::counter!("shardline_region_send_queue_full_total").increment(1);
+                        (SendFailure::QueueFull, *f)
                     }
-                    RegionCommand::SendToCoordinator { to, msg } => {
-                        let _ = self
-                            .node
-                            .transport()
-                            .send(&to, PeerMessage::ToCoordinator { type_key: self.type_key.clone(), msg });
-                    }
-                    RegionCommand::StartShard { shard, epoch, handover } => {
-                        let claim = self
-                            .settings
-                            .journal
-                            .as_ref()
-                            .map(|j| ShardClaim::new(j.0.clone(), &self.settings.type_key, shard));
-                        let host = ShardHost::new(shard, epoch, self.env.clone(), claim.clone());
-                        if let Some(claim) = claim {
-                            // Claimed at once (one raise), awaited by the first entity that uses
-                            // the journal; remembered entities restart once it is claimed.
-                            let remember = self.settings.persistence.remember;
-                            let (me, host) = (self.clone(), host.clone());
-                            tokio::spawn(async move {
-                                if claim_and_restart(&me.node, host, claim, epoch, remember).await.is_err() {
-                                    // The membership needs a moment to lead above the refused
-                                    // term; one that cannot (leases on a store whose counter is
-                                    // behind the journal) would otherwise have the shard stopped
-                                    // and allocated again as fast as the round trips go.
-                                    tokio::time::sleep(CLAIM_REFUSED_PAUSE).await;
-                                    me.input(|e, now| e.handle_claim_refused(now, shard, epoch));
-                                }
-                            });
-                        }
-                        let restored = handover.map(|d| host.restore(&d)).unwrap_or(0);
-                        info!(type_key = %self.type_key, %shard, %epoch, restored, "shard started");
-                        self.node.ownership_log(&self.type_key, shard, epoch, true);
-                        st.hosts.insert(shard, host);
-                    }
-                    RegionCommand::RaiseEpoch { shard, from, to } => {
-                        if let Some(h) = st.hosts.get(&shard) {
-                            h.raise_epoch(to);
-                        }
-                        // Not an ownership change: the ownership log keeps its one interval.
-                        info!(type_key = %self.type_key, %shard, %from, %to, "shard stays here at a newer epoch");
-                    }
-                    RegionCommand::StopShard { shard, epoch, fenced } => {
-                        let host = st.hosts.remove(&shard);
-                        if fenced {
-                            if let Some(h) = host {
-                                h.kill();
-                            }
-                            let t = self.settings.type_key.clone();
-                            metrics::counter!("shardline_shards_fenced_total", "type" => t).increment(1);
-                            self.node.ownership_log(&self.type_key, shard, epoch, false);
-                            warn!(type_key = %self.type_key, %shard, "shard stopped at once (fenced)");
-                        } else {
-                            let me = self.clone();
-                            tokio::spawn(async move {
-                                let began = Instant::now();
-                                let handover = match host {
-                                    Some(h) => h.stop().await,
-                                    None => None,
-                                };
-                                // This node's part of a hand-off: its entities finished their
-                                // messages and stopped, their state is ready to go.
-                                let t = me.settings.type_key.clone();
-                                metrics::counter!("shardline_shard_stops_total", "type" => t.clone()).increment(1);
-                                metrics::histogram!("shardline_shard_stop_seconds", "type" => t)
-                                    .record(began.elapsed().as_secs_f64());
-                                me.node.ownership_log(&me.type_key, shard, epoch, false);
-                                debug!(type_key = %me.type_key, %shard, "shard stopped");
-                                me.input(|e, now| e.handle_shard_stopped(now, shard, handover));
-                            });
-                        }
-                    }
-                    RegionCommand::Reject { msg, reason, .. } => {
-                        let err = match reason {
-                            RejectReason::Overloaded => {
-                                Error::Overloaded(format!("{} region buffers are full", self.type_key))
-                            }
-                            RejectReason::Unavailable => {
-                                Error::Unavailable("this node cannot route the message".into())
-                            }
-                        };
-                        if matches!(msg.body, Body::Typed { reply: None, .. }) {
-                            st.refused = Some(err.clone());
-                        }
-                        fail(&self.node, msg.body, err);
-                    }
+                    Err(e) => (SendFailure::NoConnection, e.into_frame()),
+                };
+                if let PeerMessage::Region { msg, .. } = frame {
+                    // Told at once, before the next command: what the engine takes back
+                    // may take queued commands back with it.
+                    st.fed_back = true;
+                    st.engine.handle_send_failed(now, &to, from_wire(msg, None), why);
                 }
             }
-            if !any {
-                break;
+            RegionCommand::SendToRegionWhenReady { to, msg } => {
+                if let Some(wire) = self.to_wire(msg) {
+                    let frame = PeerMessage::Region { type_key: self.type_key.clone(), msg: wire };
+                    self.node.transport().send_when_ready(&to, frame);
+                }
             }
-            st.fed_back |= !returned.is_empty() || !jammed.is_empty();
-            for (to, msg) in returned {
-                st.engine.handle_undeliverable(now, &to, from_wire(msg, None));
+            RegionCommand::SendToCoordinator { to, msg } => {
+                let _ = self
+                    .node
+                    .transport()
+                    .send(&to, PeerMessage::ToCoordinator { type_key: self.type_key.clone(), msg });
             }
-            for (to, msg) in jammed {
-                st.engine.handle_send_queue_full(now, &to, from_wire(msg, None));
+            RegionCommand::StartShard { shard, epoch, handover } => {
+                let claim = self
+                    .settings
+                    .journal
+                    .as_ref()
+                    .map(|j| ShardClaim::new(j.0.clone(), &self.settings.type_key, shard));
+                let host = ShardHost::new(shard, epoch, self.env.clone(), claim.clone());
+                if let Some(claim) = claim {
+                    // Claimed at once (one raise), awaited by the first entity that uses
+                    // the journal; remembered entities restart once it is claimed.
+                    let remember = self.settings.persistence.remember.map(|r| (r, self.remembering.clone()));
+                    let (me, host) = (self.clone(), host.clone());
+                    tokio::spawn(async move {
+                        if claim_and_restart(&me.node, host, claim, epoch, remember).await.is_err() {
+                            me.input(|e, now| e.handle_claim_refused(now, shard, epoch));
+                        }
+                    });
+                }
+                let restored = handover.map(|d| host.restore(&d)).unwrap_or(0);
+                info!(type_key = %self.type_key, %shard, %epoch, restored, "shard started");
+                self.node.ownership_log(&self.type_key, shard, epoch, true);
+                st.hosts.insert(shard, host);
+            }
+            RegionCommand::RaiseEpoch { shard, from, to } => {
+                if let Some(h) = st.hosts.get(&shard) {
+                    h.raise_epoch(to);
+                }
+                // Not an ownership change: the ownership log keeps its one interval.
+                info!(type_key = %self.type_key, %shard, %from, %to, "shard stays here at a newer epoch");
+            }
+            RegionCommand::StopShard { shard, epoch, fenced } => {
+                let host = st.hosts.remove(&shard);
+                if fenced {
+                    if let Some(h) = host {
+                        h.kill();
+                    }
+                    let t = self.settings.type_key.clone();
+                    metrics::counter!("shardline_shards_fenced_total", "type" => t).increment(1);
+                    self.node.ownership_log(&self.type_key, shard, epoch, false);
+                    warn!(type_key = %self.type_key, %shard, "shard stopped at once (fenced)");
+                } else {
+                    let me = self.clone();
+                    tokio::spawn(async move {
+                        let began = Instant::now();
+                        let handover = match host {
+                            Some(h) => h.stop().await,
+                            None => None,
+                        };
+                        // This node's part of a hand-off: its entities finished their
+                        // messages and stopped, their state is ready to go.
+                        let t = me.settings.type_key.clone();
+                        metrics::counter!("shardline_shard_stops_total", "type" => t.clone()).increment(1);
+                        metrics::histogram!("shardline_shard_stop_seconds", "type" => t)
+                            .record(began.elapsed().as_secs_f64());
+                        me.node.ownership_log(&me.type_key, shard, epoch, false);
+                        debug!(type_key = %me.type_key, %shard, "shard stopped");
+                        me.input(|e, now| e.handle_shard_stopped(now, shard, handover));
+                    });
+                }
+            }
+            RegionCommand::SweepLingering => {
+                // Off the region's lock: each host's sweep takes its own lock and touches every
+                // running entity, and sends to this region must not wait for that.
+                let hosts: Vec<Arc<ShardHost<E>>> = st.hosts.values().cloned().collect();
+                tokio::spawn(async move {
+                    for h in hosts {
+                        h.nudge_active();
+                    }
+                });
+            }
+            RegionCommand::PassivateIdle { after_ms } => {
+                // One sweep at a time: the stop hooks of a long one may outlast the interval.
+                if self.passivating.swap(true, Ordering::AcqRel) {
+                    return;
+                }
+                let hosts: Vec<Arc<ShardHost<E>>> = st.hosts.values().cloned().collect();
+                let me = self.clone();
+                tokio::spawn(async move {
+                    let mut n = 0;
+                    for h in hosts {
+                        n += h.passivate_idle(Duration::from_millis(after_ms)).await;
+                    }
+                    if n > 0 {
+                        debug!(type_key = %me.type_key, passivated = n, "idle entities stopped");
+                    }
+                    me.passivating.store(false, Ordering::Release);
+                });
+            }
+            RegionCommand::Reject { msg, reason, .. } => {
+                // A `tell` has no reply to carry the refusal: its caller gets it (`send_in`).
+                if matches!(msg.body, Body::Typed { reply: None, .. }) {
+                    st.refused = Some(Refusal::Region(reason, &self.type_key).error());
+                }
+                refuse(self.node.transport(), msg.body, Refusal::Region(reason, &self.type_key));
             }
         }
     }
@@ -348,13 +340,13 @@ impl<E: Entity> Region<E> {
                     }
                     Err(e) => {
                         if let Some(tx) = reply {
-                            let _ = tx.send(Err(Error::Rejected(format!("cannot encode message: {e}"))));
+                            let _ = tx.send(Err(Refusal::Unencodable(e.to_string()).error()));
                         }
                         None
                     }
                 },
                 // Markers for local entity tasks never leave the node.
-                Body::Retire | Body::Nudge | Body::Wake => None,
+                Body::Retire | Body::Nudge | Body::Wake { .. } => None,
             }
         };
         Some(match msg {
@@ -402,7 +394,7 @@ impl<E: Entity> Region<E> {
         }
     }
 
-    pub fn ask_timeout(&self) -> Duration {
+    pub fn default_ask_timeout(&self) -> Duration {
         self.settings.ask_timeout
     }
 
@@ -432,19 +424,16 @@ fn from_wire<E: Entity>(msg: RegionMessage<WireEnvelope>, owe: Option<&Node>) ->
     }
 }
 
-/// How long a shard whose claim the journal refused waits before it stops and is allocated
-/// again (see `RegionEngine::handle_claim_refused`).
-const CLAIM_REFUSED_PAUSE: Duration = Duration::from_secs(1);
-
 /// Claims a started shard in the journal, then starts its remembered entities (when the type
-/// remembers them), at most `per_second` per second; stops early when the shard stops. `Err`
-/// when the journal refused the claim: a newer fence stands.
+/// remembers them), at most `per_second` per second and only while the node has a place for one
+/// more to start (`places`: each holds one until its entity has recovered); stops early when the
+/// shard stops. `Err` when the journal refused the claim: a newer fence stands.
 async fn claim_and_restart<E: Entity>(
     node: &Node,
     host: Arc<ShardHost<E>>,
     claim: Arc<ShardClaim>,
     epoch: Epoch,
-    remember: Option<u32>,
+    remember: Option<(u32, Arc<tokio::sync::Semaphore>)>,
 ) -> Result<(), Epoch> {
     if let Err(e) = claim.ensure(epoch).await {
         warn!(shard = %host.shard, %epoch, error = %e, "cannot claim the shard in the journal");
@@ -455,7 +444,7 @@ async fn claim_and_restart<E: Entity>(
         }
         return Ok(());
     }
-    let Some(per_second) = remember else { return Ok(()) };
+    let Some((per_second, places)) = remember else { return Ok(()) };
     let ids = match claim.journal().remembered(claim.type_key(), host.shard).await {
         Ok(ids) => ids,
         Err(e) => {
@@ -466,7 +455,9 @@ async fn claim_and_restart<E: Entity>(
     let pause = Duration::from_secs(1) / per_second.max(1);
     let n = ids.len();
     for id in ids {
-        if !host.wake(shardline_core::EntityId::new(id)) {
+        // Never closed: the region owns the semaphore for its whole life.
+        let Ok(place) = places.clone().acquire_owned().await else { return Ok(()) };
+        if !host.wake(shardline_core::EntityId::new(id), Some(place)) {
             return Ok(());
         }
         tokio::time::sleep(pause).await;
@@ -475,50 +466,31 @@ async fn claim_and_restart<E: Entity>(
     Ok(())
 }
 
-impl<E: Entity> Timed for Region<E> {
-    fn wakeup(&self) -> &Wakeup {
-        &self.wakeup
+impl<E: Entity> Carrier for Region<E> {
+    type Engine = RegionEngine<Envelope<E>>;
+    type State = State<E>;
+    /// A `tell` the engine refused.
+    type Settled = Option<Error>;
+
+    fn shared(&self) -> &Shared<Self> {
+        &self.driver
+    }
+    fn engine(state: &mut State<E>) -> Option<&mut Self::Engine> {
+        Some(&mut state.engine)
     }
     fn now_ms(&self) -> u64 {
         self.now()
     }
-    fn stopped(&self) -> bool {
-        false
+    fn carry_out(self: &Arc<Self>, state: &mut State<E>, command: RegionCommand<Envelope<E>>, now: u64) {
+        self.carry_out_command(state, command, now);
     }
-    fn fire(self: &Arc<Self>) {
-        self.input(|e, now| e.handle_timeout(now));
-    }
-}
-
-/// Nudges the active entities of every hosted shard once per [`LINGER`], so that those that got
-/// no message for a while go back to being state in their shard's map.
-async fn linger<E: Entity>(region: std::sync::Weak<Region<E>>) {
-    let mut tick = tokio::time::interval(LINGER);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let Some(r) = region.upgrade() else { return };
-        let hosts: Vec<Arc<ShardHost<E>>> = r.lock().hosts.values().cloned().collect();
-        drop(r);
-        for h in hosts {
-            h.nudge_active();
+    fn settle(self: &Arc<Self>, st: &mut State<E>, _now: u64) -> Option<Error> {
+        // What a send's or a forward's failed commands feed back concerns shards routed
+        // elsewhere; refreshed anyway rather than argued about.
+        if st.may_reroute || st.fed_back {
+            self.refresh_routes(st);
         }
-    }
-}
-
-async fn passivation<E: Entity>(region: std::sync::Weak<Region<E>>, after: Duration) {
-    let every = (after / 2).max(Duration::from_millis(500));
-    loop {
-        tokio::time::sleep(every).await;
-        let Some(r) = region.upgrade() else { return };
-        let hosts: Vec<Arc<ShardHost<E>>> = r.lock().hosts.values().cloned().collect();
-        let mut n = 0;
-        for h in hosts {
-            n += h.passivate_idle(after).await;
-        }
-        if n > 0 {
-            debug!(type_key = %r.type_key, passivated = n, "idle entities stopped");
-        }
+        st.refused.take()
     }
 }
 
@@ -558,11 +530,8 @@ impl<E: Entity> RegionDyn for Region<E> {
     fn is_settled(&self) -> bool {
         self.lock().engine.is_settled()
     }
-    fn fail_buffered(&self, why: &str) {
-        let taken = self.lock().engine.take_buffered();
-        for (_, env) in taken {
-            fail(&self.node, env.body, Error::Unavailable(why.to_string()));
-        }
+    fn on_left(self: Arc<Self>) {
+        self.input(|e, now| e.handle_left(now));
     }
     fn homes(&self) -> Vec<Option<NodeId>> {
         let st = self.lock();

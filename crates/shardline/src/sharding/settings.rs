@@ -8,11 +8,19 @@ use shardline_core::{RoundLimit, ShardId};
 use crate::journal::Journal;
 
 /// How an entity type uses its journal.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Persistence {
     pub event_sourced: EventSourcedSettings,
     /// Remembered entities restart, at most this many per second, when their shard starts.
     pub remember: Option<u32>,
+    /// And at most this many of them recovering at once on one node.
+    pub remember_at_once: usize,
+}
+
+impl Default for Persistence {
+    fn default() -> Self {
+        Persistence { event_sourced: EventSourcedSettings::default(), remember: None, remember_at_once: 64 }
+    }
 }
 
 /// Settings of one entity type.
@@ -103,10 +111,26 @@ impl EntitySettings {
 
     /// Remember entities: an entity that wrote to the journal is remembered in its shard, and
     /// when the shard starts on a node (a move, a failover), its remembered entities start again
-    /// at once, at most `per_second` of them per second (many thousands recovering at the same
-    /// moment would swamp the journal). For event-sourced types.
+    /// at once, at most `per_second` of them per second and at most
+    /// [`remember_at_once`](Self::remember_at_once) recovering at a time on the node (many
+    /// thousands recovering at the same moment would swamp the journal: a node that took over a
+    /// hundred thousand of them timed its asks out). For event-sourced types.
     pub fn remember_entities(mut self, per_second: u32) -> Self {
         self.persistence.remember = Some(per_second.max(1));
+        self
+    }
+
+    /// How many remembered entities of this type may be starting at once on one node, across all
+    /// its shards (default 64): the next one starts when one of them has recovered, so their
+    /// restart goes as fast as the journal answers and no faster.
+    ///
+    /// ```
+    /// use shardline::EntitySettings;
+    ///
+    /// let devices = EntitySettings::new("device").remember_entities(10_000).remember_at_once(16);
+    /// ```
+    pub fn remember_at_once(mut self, n: usize) -> Self {
+        self.persistence.remember_at_once = n.max(1);
         self
     }
 

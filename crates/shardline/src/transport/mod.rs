@@ -44,7 +44,7 @@ use std::time::Duration;
 
 use shardline_core::NodeId;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 use handshake::Greeting;
 use link::Link;
@@ -163,7 +163,12 @@ impl<M> Clone for Transport<M> {
 
 impl<M: Payload> Transport<M> {
     /// A transport for node `me` serving on a bound listener.
-    pub fn new(me: NodeId, listener: &TcpListener, config: TransportConfig) -> Result<Transport<M>, std::io::Error> {
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn new(
+        me: NodeId,
+        listener: &tokio::net::TcpListener,
+        config: TransportConfig,
+    ) -> Result<Transport<M>, std::io::Error> {
         Ok(Self::at(me, listener.local_addr()?, config, None))
     }
 
@@ -204,6 +209,7 @@ impl<M: Payload> Transport<M> {
     }
 
     /// The bound address.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn local_addr(&self) -> SocketAddr {
         self.shared.listen
     }
@@ -214,7 +220,8 @@ impl<M: Payload> Transport<M> {
     }
 
     /// Starts accepting connections; frames go to `handler`.
-    pub fn start(&self, listener: TcpListener, handler: Arc<dyn Inbound<M>>) {
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn start(&self, listener: tokio::net::TcpListener, handler: Arc<dyn Inbound<M>>) {
         self.serve_from(Bound::Tcp(listener), handler)
     }
 
@@ -268,6 +275,7 @@ impl<M: Payload> Transport<M> {
     }
 
     /// Whether a writer exists for `node`.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn knows(&self, node: &NodeId) -> bool {
         self.peers.lock().unwrap_or_else(|e| e.into_inner()).contains_key(node)
     }

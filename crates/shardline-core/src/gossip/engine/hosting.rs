@@ -17,7 +17,9 @@
 //! Members known for less than the bound count only once they answered: a cluster that grows
 //! from one member to many at once (parallel starts) would otherwise lapse its first member
 //! before it has probed the newcomers. A member that never answered is counted the bound after
-//! it was first seen, which the others' takeover (the window and the margin) outlasts.
+//! it was first seen, which the others' takeover (the window and the margin) outlasts. That
+//! grace is for a node that hosts already or joined within the bound; one that has been a
+//! member longer and was never granted the bound counts every member it knows.
 //!
 //! The bound is the resolver's window (`stable_after`, never less than a probe per member) and
 //! one probe round more (a member may go almost two rounds between probes): the others take a
@@ -85,8 +87,16 @@ impl GossipEngine {
             return Some(0);
         }
         let bound = self.hosting_bound_ms();
+        // The grace of members met recently is for a node that hosts already, or joined just
+        // now: nobody can have downed it yet. One that has been a member for the bound without
+        // ever being granted it may have been downed meanwhile (the gossip world found one paused
+        // before it heard of a leader: it woke to a cluster it had never probed, which had
+        // downed it, and counting none of those members it was a majority of one); every
+        // member it knows counts.
+        let overdue =
+            self.answers.granted.is_none() && self.joined_at.is_some_and(|at| at.saturating_add(bound) <= self.now);
         let known_long =
-            |node: &NodeId| self.first_seen.get(node).is_some_and(|at| at.saturating_add(bound) <= self.now);
+            |node: &NodeId| overdue || self.first_seen.get(node).is_some_and(|at| at.saturating_add(bound) <= self.now);
         let members: Vec<&NodeId> = self
             .foca
             .iter_members()

@@ -58,7 +58,7 @@ impl<M> RegionEngine<M> {
                     self.pump(now, shard);
                 }
             }
-            ToRegion::Handover { shard, epoch, data, .. } => {
+            ToRegion::HandedState { shard, epoch, data, .. } => {
                 if let Some(s) = self.shards.get_mut(shard.index()) {
                     if epoch > s.seen {
                         s.handover_in = Some((epoch, data));
@@ -102,8 +102,17 @@ impl<M> RegionEngine<M> {
     /// good, since its owner lives and the coordinator never moves it. It stops as for a hand-off
     /// and is reported stopped: the coordinator frees it and allocates it at a new epoch, which
     /// the journal takes once the coordinator's term is above the fence (the membership outbids
-    /// a term it never heard of).
-    pub fn handle_claim_refused(&mut self, _now: u64, shard: ShardId, epoch: Epoch) {
+    /// a term it never heard of). It stops after
+    /// [`claim_refused_pause_ms`](crate::RegionConfig::claim_refused_pause_ms).
+    pub fn handle_claim_refused(&mut self, now: u64, shard: ShardId, epoch: Epoch) {
+        let Some(s) = self.shards.get(shard.index()) else { return };
+        if s.hosted == Hosted::Active(epoch) && !self.fenced {
+            self.refused.insert((now.saturating_add(self.config.claim_refused_pause_ms), shard, epoch));
+        }
+    }
+
+    /// The pause after a refused claim is over: the shard stops, unless it moved on meanwhile.
+    pub(super) fn stop_refused(&mut self, shard: ShardId, epoch: Epoch) {
         let Some(s) = self.shards.get_mut(shard.index()) else { return };
         if s.hosted == Hosted::Active(epoch) {
             s.hosted = Hosted::Stopping(epoch);

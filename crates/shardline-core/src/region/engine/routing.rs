@@ -4,7 +4,7 @@
 use super::{RegionEngine, Route};
 use crate::id::{NodeId, ShardId};
 use crate::protocol::{BounceReason, RegionMessage, ToCoordinator};
-use crate::region::command::{RegionCommand, RejectReason};
+use crate::region::command::{RegionCommand, RejectReason, SendFailure};
 use crate::region::shard_state::{Hosted, ShardState};
 
 impl<M> RegionEngine<M> {
@@ -81,6 +81,37 @@ impl<M> RegionEngine<M> {
                     self.shards[shard.index()].draining = None;
                     self.pump(now, shard);
                 }
+            }
+        }
+    }
+
+    /// A [`RegionCommand::SendToRegion`] to `to` failed. A forward is taken back: into the
+    /// buffer at its place, and the shard drains `to` before it sends anything there again
+    /// ([`handle_send_queue_full`](Self::handle_send_queue_full)); every forward still queued
+    /// for `to` behind it comes back with it, or it would overtake the one taken back. A drain
+    /// marker, its answer or a bounce that met a full queue waits for room instead
+    /// ([`RegionCommand::SendToRegionWhenReady`]): none of them may be lost.
+    pub fn handle_send_failed(&mut self, now: u64, to: &NodeId, msg: RegionMessage<M>, why: SendFailure) {
+        match (why, msg) {
+            (SendFailure::NoConnection, msg) => self.handle_undeliverable(now, to, msg),
+            (SendFailure::QueueFull, msg @ RegionMessage::Forward { .. }) => {
+                self.handle_send_queue_full(now, to, msg);
+                let queued = std::mem::take(&mut self.commands);
+                let mut behind = Vec::new();
+                for cmd in queued {
+                    match cmd {
+                        RegionCommand::SendToRegion { to: t, msg: msg @ RegionMessage::Forward { .. } } if &t == to => {
+                            behind.push(msg)
+                        }
+                        cmd => self.commands.push_back(cmd),
+                    }
+                }
+                for msg in behind {
+                    self.handle_send_queue_full(now, to, msg);
+                }
+            }
+            (SendFailure::QueueFull, msg) => {
+                self.commands.push_back(RegionCommand::SendToRegionWhenReady { to: to.clone(), msg })
             }
         }
     }

@@ -1,6 +1,7 @@
 //! Carrying out what the engines ask for: messages, timers, entity processing.
 
 use super::*;
+use shardline_core::Engine;
 
 impl World {
     /// Carries out every pending command of a node, then re-arms its timer.
@@ -42,13 +43,13 @@ impl World {
     }
 
     pub(super) fn run_coordinator_command(&mut self, id: &NodeId, term: u64, c: CoordinatorCommand) {
-        if let CoordinatorCommand::PersistShardMap { changes, .. } = &c {
+        if let CoordinatorCommand::PersistShardMap { changes, version, .. } = &c {
             if self.store.is_some() && term < self.store_term {
                 // Compare-and-set on the writer's term: a newer coordinator wrote the map.
                 let (now, by) = (self.now, self.store_term);
                 let n = self.nodes.get_mut(id).expect("node exists");
                 if let Some(co) = n.coordinator.as_mut().filter(|co| co.term() == term) {
-                    co.handle_map_write_refused(now, by);
+                    co.handle_map_stored(now, *version, Err(MapWriteError::Conflict { term: Some(by) }));
                     if !co.is_stopped() {
                         self.ledger.violations.push(format!("t={now} {id} coordinates on after being deposed"));
                     }
@@ -96,7 +97,10 @@ impl World {
                 let at = now + self.rng.range(0, 6);
                 self.schedule(at, Ev::Process { node: id.clone() });
             }
-            RegionCommand::SendToRegion { to, msg } => self.send(id, &to, Wire::Region(msg)),
+            // The simulated network has no send queue to fill: both go out at once.
+            RegionCommand::SendToRegion { to, msg } | RegionCommand::SendToRegionWhenReady { to, msg } => {
+                self.send(id, &to, Wire::Region(msg))
+            }
             RegionCommand::SendToCoordinator { to, msg } => self.send(id, &to, Wire::ToCoord(msg)),
             RegionCommand::StartShard { shard, handover, .. } => {
                 if handover.as_ref().is_some_and(|h| h[..] != shard.0.to_be_bytes()) {
@@ -133,6 +137,9 @@ impl World {
                 }
             }
             RegionCommand::Reject { msg, .. } => self.ledger.excuse(&msg, now),
+            // This world's regions run without sweeps (the default): entities here are messages
+            // and their ledger, not tasks that linger.
+            RegionCommand::SweepLingering | RegionCommand::PassivateIdle { .. } => {}
         }
     }
 

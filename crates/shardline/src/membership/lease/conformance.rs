@@ -193,8 +193,8 @@ pub async fn list_returns_exactly_the_prefix(s: &dyn CoordinationStore, p: &str)
     Ok(())
 }
 
-/// Shard maps: stored and read back whole; a writer that lost a compare-and-set to its own or an
-/// older term overwrites, one that finds a newer term is deposed and changes nothing.
+/// Shard maps: stored and read back whole; a write at a stale revision changes nothing and says
+/// who wrote the key (its term) and at which revision.
 pub async fn shard_maps_fence_older_terms(s: Arc<dyn CoordinationStore>, p: &str) -> Check {
     let maps = ShardMaps::new(s.clone(), p);
     let _ = s.delete(&format!("{p}/maps/t"), None).await;
@@ -204,17 +204,22 @@ pub async fn shard_maps_fence_older_terms(s: Arc<dyn CoordinationStore>, p: &str
     let r1 = maps.save("t", 2, &map, 0).await.map_err(|e| e.to_string())?;
     let loaded = maps.load("t").await.map_err(|e| e.to_string())?;
     ensure!(loaded.as_ref().is_some_and(|l| l.map == map && l.term == 2 && l.revision == r1), "read back {loaded:?}");
-    // Same term, stale revision (a retry after a lost answer): overwrites.
+    // Same term, stale revision (a retry after a lost answer): nothing written, and the
+    // conflict says who wrote the key and where it is, to write again there.
     map.assign(ShardId(4), NodeId::new("b", 1), 2).map_err(|e| e.to_string())?;
-    let r2 = maps.save("t", 2, &map, 0).await.map_err(|e| e.to_string())?;
-    ensure!(r2 > r1, "overwrite did not raise the revision");
-    // A newer term takes over, even from a stale revision.
+    let at = match maps.save("t", 2, &map, 0).await {
+        Err(MapStoreError::Conflict { stored: Some(2), revision, .. }) if revision == r1 => revision,
+        other => return fail(format!("a stale write gave {other:?}")),
+    };
+    let r2 = maps.save("t", 2, &map, at).await.map_err(|e| e.to_string())?;
+    ensure!(r2 > r1, "the write at the current revision did not raise it");
+    // A newer term takes over.
     let mut newer = map.clone();
     newer.assign(ShardId(5), NodeId::new("c", 1), 3).map_err(|e| e.to_string())?;
-    maps.save("t", 3, &newer, r1).await.map_err(|e| e.to_string())?;
-    // The older term is deposed and the map stays.
+    maps.save("t", 3, &newer, r2).await.map_err(|e| e.to_string())?;
+    // The older term's write changes nothing, and learns the newer term.
     match maps.save("t", 2, &map, r2).await {
-        Err(MapStoreError::Deposed { stored: 3, mine: 2, .. }) => {}
+        Err(MapStoreError::Conflict { stored: Some(3), .. }) => {}
         other => return fail(format!("an older term's write gave {other:?}")),
     }
     let loaded = maps.load("t").await.map_err(|e| e.to_string())?;

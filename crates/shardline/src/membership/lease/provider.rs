@@ -13,9 +13,9 @@ use std::time::Duration;
 use shardline_core::lease::{
     LeaseCommand, LeaseEngine, LeaseEvent, LeaseKeys, LeaseView, MemberRecord, PeerChecks, StoreAnswer, StoreOp,
 };
+use shardline_core::Engine;
 use shardline_core::NodeId;
 use tokio::sync::{mpsc, watch};
-use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use super::keepalive;
@@ -23,6 +23,7 @@ use super::shard_maps::ShardMaps;
 use super::store::CoordinationStore;
 use super::values::{decode_entry, encode_value};
 use crate::clock::Clock;
+use crate::driver::owned::{self, Flow, Runner};
 use crate::error::ConfigError;
 use crate::membership::{
     BoxFuture, ClusterView, Control, ControlHandle, HostingLease, MembershipHandle, MembershipProvider, PeerLink,
@@ -150,8 +151,9 @@ impl MembershipProvider for Leases {
             let maps = ShardMaps::new(self.store.clone(), &self.cluster);
             let engine = LeaseEngine::new(config, keys, me, ctx.clock.now_ms())
                 .map_err(|e| ConfigError::Invalid { name: "ttl", reason: e.to_string() })?;
-            let lease = HostingLease::new();
+            let lease = HostingLease::new(ctx.clock);
             let (view_tx, views) = watch::channel(ClusterView::default());
+            let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
             let mut driver = Driver {
                 engine,
                 store: self.store.clone(),
@@ -162,12 +164,14 @@ impl MembershipProvider for Leases {
                 link: ctx.peers.clone(),
                 addr: ctx.addr.to_string(),
                 inbox: ctx.gossip,
+                control: ctl_rx,
+                exited: false,
+                halted: false,
             };
             // The first rounds (member key, leadership, members) before the node goes on, so that
             // its first view is a real one; bounded by the TTL if the store is slow.
             let _ = tokio::time::timeout(self.config.ttl, driver.settle()).await;
-            let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
-            tokio::spawn(driver.run(ctl_rx));
+            tokio::spawn(owned::run(driver));
             Ok(MembershipHandle {
                 views,
                 control: Arc::new(ControlHandle(ctl_tx)),
@@ -181,10 +185,10 @@ impl MembershipProvider for Leases {
 /// The store operation in flight, with the engine's id for it.
 type InFlight = (u64, BoxFuture<'static, StoreAnswer>);
 
-/// What woke the driver.
-enum Woke {
+/// What the lease driver hears.
+enum Input {
+    Control(Control),
     Answer(u64, StoreAnswer),
-    Timer,
     Heard(NodeId, Vec<u8>),
 }
 
@@ -203,6 +207,88 @@ struct Driver {
     addr: String,
     /// Keep-alives from peers.
     inbox: mpsc::Receiver<(NodeId, Vec<u8>)>,
+    /// The node's leave, exit and halt.
+    control: mpsc::UnboundedReceiver<Control>,
+    /// The node exits: only a halt is heard from now on.
+    exited: bool,
+    /// Halted, or the control channel closed: it is not read again.
+    halted: bool,
+}
+
+impl Runner for Driver {
+    type Engine = LeaseEngine;
+    type Input = Input;
+
+    fn engine(&mut self) -> &mut LeaseEngine {
+        &mut self.engine
+    }
+    fn clock(&self) -> &Clock {
+        &self.clock
+    }
+    async fn next_input(&mut self) -> Option<Input> {
+        // An exit deletes the keys, keep-alives answered meanwhile; once it is done, nothing
+        // but a halt is heard.
+        let listen = !(self.exited && owned::idle(self));
+        let halted = self.halted;
+        let (in_flight, inbox, control) = (&mut self.in_flight, &mut self.inbox, &mut self.control);
+        let answer = async {
+            match in_flight.as_mut() {
+                Some((id, f)) => (*id, f.await),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            (id, answer) = answer => Some(Input::Answer(id, answer)),
+            Some((from, data)) = inbox.recv(), if listen => Some(Input::Heard(from, data)),
+            c = control.recv(), if !halted => Some(Input::Control(c.unwrap_or(Control::Halt))),
+        }
+    }
+    fn handle(&mut self, input: Input, now: u64) -> Flow {
+        match input {
+            Input::Answer(id, answer) => {
+                self.in_flight = None;
+                self.engine.handle_answer(now, id, answer);
+            }
+            Input::Heard(from, data) => self.heard(&from, &data),
+            Input::Control(Control::Halt) => {
+                self.halted = true;
+                // Downed by the split-brain resolver: hosting is revoked already, and the keys
+                // go before the node stops (bounded by the TTL), so that the winner's side need
+                // not wait for them to expire.
+                return match self.engine.is_exiting() {
+                    true => Flow::Finish(self.engine_ttl()),
+                    false => Flow::Stop,
+                };
+            }
+            Input::Control(_) if self.exited => {}
+            Input::Control(Control::Leave) => self.engine.handle_leave(now),
+            // The keys are deleted (each bounded by the TTL), so that the others need not wait
+            // for them to expire.
+            Input::Control(Control::Exit) => {
+                self.exited = true;
+                self.engine.handle_exit(now);
+            }
+            // The store orders terms for every cluster on it, but not for a journal written
+            // before it (a replaced store, a cluster that ran on gossip).
+            Input::Control(Control::FencedAbove(term)) => self.engine.handle_fenced_above(now, term),
+        }
+        Flow::Go
+    }
+    fn carry_out(&mut self, command: LeaseCommand) {
+        match command {
+            LeaseCommand::Store { id, op } => {
+                self.in_flight = Some((id, Box::pin(execute(self.store.clone(), op))));
+            }
+            LeaseCommand::ExtendHosting { until } => self.lease.extend_to(until),
+            LeaseCommand::RevokeHosting => self.lease.revoke(),
+            LeaseCommand::Publish(view) => self.publish(view),
+            LeaseCommand::Log(event) => log(&event),
+            LeaseCommand::KeepAlive { to } => keepalive::ping_all(self.link.as_ref(), &self.addr, &to),
+        }
+    }
+    fn busy(&self) -> bool {
+        self.in_flight.is_some()
+    }
 }
 
 impl Driver {
@@ -210,68 +296,9 @@ impl Driver {
         self.clock.now_ms()
     }
 
-    fn at(&self, ms: u64) -> Instant {
-        self.clock.at(ms)
-    }
-
-    /// Carries out every command waiting.
-    fn carry_out(&mut self) {
-        let commands: Vec<LeaseCommand> = self.engine.drain_commands().collect();
-        for c in commands {
-            match c {
-                LeaseCommand::Store { id, op } => {
-                    self.in_flight = Some((id, Box::pin(execute(self.store.clone(), op))));
-                }
-                LeaseCommand::ExtendHosting { until } => self.lease.extend_to(self.at(until)),
-                LeaseCommand::RevokeHosting => self.lease.revoke(),
-                LeaseCommand::Publish(view) => self.publish(view),
-                LeaseCommand::Log(event) => log(&event),
-                LeaseCommand::KeepAlive { to } => keepalive::ping_all(self.link.as_ref(), &self.addr, &to),
-            }
-        }
-    }
-
-    /// Waits for the answer in flight or the engine's next deadline, whichever comes first, and
-    /// hands it to the engine. False when the engine has nothing left to do.
-    async fn step(&mut self) -> bool {
-        let wake = self.engine.poll_timeout().map(|t| self.at(t));
-        if wake.is_none() && self.in_flight.is_none() {
-            return false;
-        }
-        let (in_flight, inbox) = (&mut self.in_flight, &mut self.inbox);
-        let answer = async {
-            match in_flight.as_mut() {
-                Some((id, f)) => (*id, f.await),
-                None => std::future::pending().await,
-            }
-        };
-        let sleep = async {
-            match wake {
-                Some(w) => tokio::time::sleep_until(w).await,
-                None => std::future::pending().await,
-            }
-        };
-        let woke = tokio::select! {
-            (id, answer) = answer => Woke::Answer(id, answer),
-            _ = sleep => Woke::Timer,
-            Some((from, data)) = inbox.recv() => Woke::Heard(from, data),
-        };
-        let now = self.now();
-        match woke {
-            Woke::Answer(id, answer) => {
-                self.in_flight = None;
-                self.engine.handle_answer(now, id, answer);
-            }
-            Woke::Timer => self.engine.handle_timeout(now),
-            Woke::Heard(from, data) => self.heard(&from, &data),
-        }
-        self.carry_out();
-        true
-    }
-
     /// Runs until the engine is idle: nothing in flight, and nothing due before its next round.
     async fn settle(&mut self) {
-        self.carry_out();
+        owned::carry_out(self);
         loop {
             let due = self.engine.poll_timeout().is_some_and(|t| t <= self.now());
             // A new incarnation waiting for a member's answer is settled too: answers arrive
@@ -279,7 +306,7 @@ impl Driver {
             if self.in_flight.is_none() && !due {
                 return;
             }
-            if !self.step().await {
+            if !matches!(owned::step(self).await, Flow::Go) {
                 return;
             }
         }
@@ -295,52 +322,6 @@ impl Driver {
             Err(e) => {
                 warn!(error = %e, "keep-alive refused");
                 metrics::counter!("shardline_lease_bad_keepalives_total").increment(1);
-            }
-        }
-    }
-
-    async fn run(mut self, mut ctl: mpsc::UnboundedReceiver<Control>) {
-        loop {
-            tokio::select! {
-                c = ctl.recv() => match c {
-                    Some(Control::Leave) => {
-                        let now = self.now();
-                        self.engine.handle_leave(now);
-                        self.carry_out();
-                    }
-                    Some(Control::Exit) => {
-                        let now = self.now();
-                        self.engine.handle_exit(now);
-                        self.carry_out();
-                        // The keys are deleted before anything else is read (each bounded by the
-                        // TTL), so that the others need not wait for them to expire.
-                        while self.step().await {}
-                    }
-                    // The store orders terms for every cluster on it, but not for a journal
-                    // written before it (a replaced store, a cluster that ran on gossip).
-                    Some(Control::FencedAbove(term)) => {
-                        let now = self.now();
-                        self.engine.handle_fenced_above(now, term);
-                    }
-                    Some(Control::Halt) | None => {
-                        // Downed by the split-brain resolver: hosting is revoked already, and the
-                        // keys go before the node stops (bounded by the TTL), so that the
-                        // winner's side need not wait for them to expire.
-                        if self.engine.is_exiting() {
-                            let ttl = self.engine_ttl();
-                            let _ = tokio::time::timeout(ttl, async { while self.step().await {} }).await;
-                        }
-                        return;
-                    }
-                },
-                more = self.step() => {
-                    if !more {
-                        // Exited: only a halt is left to wait for.
-                        if matches!(ctl.recv().await, Some(Control::Halt) | None) {
-                            return;
-                        }
-                    }
-                }
             }
         }
     }

@@ -2,7 +2,6 @@
 //! ports, data in a fresh temporary directory, stopped when dropped. A missing binary is an
 //! error that names the Debian package to install, never a silent skip.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -18,7 +17,7 @@ pub struct ServerProcess {
 }
 
 fn free_port() -> Result<u16, String> {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).map_err(|e| e.to_string())
+    crate::ports::free_port().map_err(|e| e.to_string())
 }
 
 fn temp_dir(what: &str) -> Result<PathBuf, String> {

@@ -2,9 +2,9 @@
 //!
 //! One durable key per entity type, `{cluster}/maps/{type}`, holding the map and the term of the
 //! coordinator that wrote it. Writes are compare-and-set on the key's revision, so two writers
-//! can never silently overwrite each other: a writer whose compare fails reads the key again and
-//! goes on only if the stored map comes from an older term. A coordinator deposed by a newer term
-//! therefore stops writing at its first conflict.
+//! can never silently overwrite each other: a writer whose compare fails learns who wrote the key
+//! and at which revision, and its coordinator decides (`CoordinatorEngine::handle_map_stored`):
+//! deposed by a newer term, it stops at its first conflict; otherwise it writes again.
 //!
 //! The stored map may lag what regions host (writes are asynchronous and coalesced), which is
 //! safe: a new coordinator only announces homes their owners confirm, and uses the stored map to
@@ -32,15 +32,16 @@ pub enum MapStoreError {
         /// What the decoder said.
         reason: String,
     },
-    /// A coordinator of a newer term wrote the map: this one is deposed.
-    #[error("shard map of `{type_key}` belongs to term {stored}, newer than {mine}")]
-    Deposed {
+    /// The key changed since the writer's last write: nothing was written. The coordinator
+    /// decides what that means (`CoordinatorEngine::handle_map_stored`).
+    #[error("shard map of `{type_key}` changed meanwhile (stored by term {stored:?})")]
+    Conflict {
         /// The entity type.
         type_key: String,
-        /// The term of the stored map.
-        stored: Term,
-        /// The writer's term.
-        mine: Term,
+        /// The term of the stored map; None when there is none or it cannot be read.
+        stored: Option<Term>,
+        /// The key's revision now (0: absent), for the next compare-and-set.
+        revision: Revision,
     },
 }
 
@@ -129,38 +130,27 @@ impl ShardMaps {
         Ok(Some(LoadedMap { term, map, revision: e.revision }))
     }
 
-    /// Writes `map` for a coordinator of `term`, expecting the key at `expected` (0: absent).
-    /// On a conflict it reads the key again and retries while the stored map is from the same or
-    /// an older term; a newer term is [`MapStoreError::Deposed`]. Returns the new revision.
+    /// Writes `map` for a coordinator of `term`, expecting the key at `expected` (0: absent),
+    /// and returns the new revision. When the key is elsewhere, nothing is written:
+    /// [`MapStoreError::Conflict`] says who wrote what is there, and at which revision.
     pub async fn save(
         &self,
         type_key: &str,
         term: Term,
         map: &ShardMap,
-        mut expected: Revision,
+        expected: Revision,
     ) -> Result<Revision, MapStoreError> {
         let value = encode_map(type_key, term, map)?;
         let key = self.key(type_key);
-        loop {
-            if let Some(rev) = self.store.compare_and_put(&key, value.clone(), expected).await? {
-                return Ok(rev);
-            }
-            match self.load(type_key).await {
-                Ok(Some(current)) if current.term > term => {
-                    return Err(MapStoreError::Deposed {
-                        type_key: type_key.to_string(),
-                        stored: current.term,
-                        mine: term,
-                    })
-                }
-                Ok(Some(current)) => expected = current.revision,
-                Ok(None) => expected = 0,
-                // Unreadable: overwrite it, this coordinator's map is newer than anything broken.
-                Err(MapStoreError::Corrupt { .. }) => {
-                    expected = self.store.get(&key).await?.map(|e| e.revision).unwrap_or(0);
-                }
-                Err(e) => return Err(e),
-            }
+        if let Some(rev) = self.store.compare_and_put(&key, value, expected).await? {
+            return Ok(rev);
         }
+        let (stored, revision) = match self.load(type_key).await {
+            Ok(Some(current)) => (Some(current.term), current.revision),
+            Ok(None) => (None, 0),
+            Err(MapStoreError::Corrupt { .. }) => (None, self.store.get(&key).await?.map_or(0, |e| e.revision)),
+            Err(e) => return Err(e),
+        };
+        Err(MapStoreError::Conflict { type_key: type_key.to_string(), stored, revision })
     }
 }

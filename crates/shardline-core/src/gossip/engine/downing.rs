@@ -7,7 +7,7 @@ use foca::Member;
 
 use super::{connected, stale_after_ms, status_fresh, GossipConfig, GossipEngine, GossipEvent};
 use crate::gossip::identity::GossipId;
-use crate::gossip::resolver::Resolution;
+use crate::gossip::split_brain_resolver::Resolution;
 use crate::id::NodeId;
 use crate::membership::{Member as ViewMember, MemberStatus};
 use crate::split_brain::SplitBrainDecision;

@@ -20,8 +20,9 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-// tokio's, so that a node on a paused clock (tests, a simulation) times its asks out on that clock.
-use tokio::time::Instant;
+// The node's, so that a node on a paused clock (tests, a simulation) times its asks out on the
+// clock its other drivers read.
+use crate::clock::Clock;
 
 /// How often deadlines are checked.
 pub(crate) const TICK: Duration = Duration::from_millis(10);
@@ -35,7 +36,7 @@ pub(crate) struct Deadlines {
 }
 
 struct Inner {
-    origin: Instant,
+    clock: Clock,
     stripes: [Padded<Mutex<Slab>>; STRIPES],
 }
 
@@ -57,12 +58,13 @@ impl<T> std::ops::Deref for Padded<T> {
 
 #[derive(Default)]
 struct Slab {
-    slots: Vec<Slot>,
+    slots: Vec<Place>,
     free: Vec<u32>,
     waiting: usize,
 }
 
-enum Slot {
+/// A place in a slab: free, or held by one waiting ask.
+enum Place {
     Free,
     /// Waiting; `waker` wakes the ask.
     Waiting {
@@ -95,8 +97,8 @@ pub(crate) struct Elapsed;
 
 impl Deadlines {
     /// Starts the sweep on the current tokio runtime; it ends when the last clone is dropped.
-    pub fn start() -> Deadlines {
-        let inner = Arc::new(Inner { origin: Instant::now(), stripes: std::array::from_fn(|_| Padded::default()) });
+    pub fn start(clock: Clock) -> Deadlines {
+        let inner = Arc::new(Inner { clock, stripes: std::array::from_fn(|_| Padded::default()) });
         tokio::spawn(sweep(Arc::downgrade(&inner)));
         Deadlines { inner }
     }
@@ -117,14 +119,14 @@ impl Deadlines {
 
 impl Inner {
     fn now_ms(&self) -> u64 {
-        self.origin.elapsed().as_millis().min(u128::from(u64::MAX)) as u64
+        self.clock.now_ms()
     }
 
     fn register(&self, timeout_ms: u64, waker: Waker) -> Key {
         let stripe = stripe_of_this_thread();
         let mut slab = lock(&self.stripes[stripe]);
         slab.waiting += 1;
-        let slot = Slot::Waiting { until: Until::After(timeout_ms), waker };
+        let slot = Place::Waiting { until: Until::After(timeout_ms), waker };
         let index = match slab.free.pop() {
             Some(i) => {
                 slab.slots[i as usize] = slot;
@@ -142,13 +144,13 @@ impl Inner {
     fn release(&self, key: Key) -> bool {
         let mut slab = lock(&self.stripes[key.stripe]);
         let Some(slot) = slab.slots.get_mut(key.index as usize) else { return false };
-        let expired = match std::mem::replace(slot, Slot::Free) {
-            Slot::Waiting { .. } => {
+        let expired = match std::mem::replace(slot, Place::Free) {
+            Place::Waiting { .. } => {
                 slab.waiting -= 1;
                 false
             }
-            Slot::Expired => true,
-            Slot::Free => return false,
+            Place::Expired => true,
+            Place::Free => return false,
         };
         slab.free.push(key.index);
         expired
@@ -158,7 +160,7 @@ impl Inner {
     fn expired(&self, key: Key, waker: &Waker) -> bool {
         let mut slab = lock(&self.stripes[key.stripe]);
         match slab.slots.get_mut(key.index as usize) {
-            Some(Slot::Waiting { waker: w, .. }) => {
+            Some(Place::Waiting { waker: w, .. }) => {
                 if !w.will_wake(waker) {
                     *w = waker.clone();
                 }
@@ -181,7 +183,7 @@ impl Inner {
             let now = self.now_ms();
             let mut expired = 0;
             for slot in slab.slots.iter_mut() {
-                let Slot::Waiting { until, .. } = slot else { continue };
+                let Place::Waiting { until, .. } = slot else { continue };
                 let at = match *until {
                     Until::After(ms) => {
                         *until = Until::At(now.saturating_add(ms));
@@ -190,7 +192,7 @@ impl Inner {
                     Until::At(at) => at,
                 };
                 if at <= now {
-                    if let Slot::Waiting { waker, .. } = std::mem::replace(slot, Slot::Expired) {
+                    if let Place::Waiting { waker, .. } = std::mem::replace(slot, Place::Expired) {
                         due.push(waker);
                         expired += 1;
                     }
@@ -278,10 +280,11 @@ impl<F> Drop for Within<'_, F> {
 mod tests {
     use super::*;
     use tokio::sync::oneshot;
+    use tokio::time::Instant;
 
     #[tokio::test]
     async fn a_reply_in_time_is_returned_and_its_slot_given_back() {
-        let d = Deadlines::start();
+        let d = Deadlines::start(Clock::start());
         let (tx, rx) = oneshot::channel();
         let waiter = {
             let d = d.clone();
@@ -297,7 +300,7 @@ mod tests {
     // On a paused clock: the time read is the runtime's, exact, not the machine's.
     #[tokio::test(start_paused = true)]
     async fn a_late_reply_times_out_not_before_the_deadline() {
-        let d = Deadlines::start();
+        let d = Deadlines::start(Clock::start());
         let (_tx, rx) = oneshot::channel::<u32>();
         let start = Instant::now();
         let r = d.within(Duration::from_millis(50), rx).await;
@@ -310,7 +313,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_zero_timeout_ends_at_the_first_wait() {
-        let d = Deadlines::start();
+        let d = Deadlines::start(Clock::start());
         let (tx, rx) = oneshot::channel();
         tx.send(3).unwrap();
         assert_eq!(d.within(Duration::ZERO, rx).await, Ok(Ok(3)), "a reply already there is taken");
@@ -321,7 +324,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_abandoned_ask_gives_its_slot_back() {
-        let d = Deadlines::start();
+        let d = Deadlines::start(Clock::start());
         let (_tx, rx) = oneshot::channel::<u32>();
         let waiter = {
             let d = d.clone();
@@ -340,7 +343,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn many_asks_at_once_each_end_by_reply_or_deadline() {
-        let d = Deadlines::start();
+        let d = Deadlines::start(Clock::start());
         let mut tasks = Vec::new();
         for i in 0..1_000u32 {
             let d = d.clone();

@@ -1,0 +1,238 @@
+//! The writer tasks: each takes every request waiting and runs them in one transaction (group
+//! commit), answering each once the commit's fate is known.
+
+use std::collections::HashSet;
+
+use shardline::journal::queue::{Job, Outcome};
+use shardline::journal::{AppendRequest, BoxFuture, JournalError};
+use tokio::sync::mpsc;
+use tokio_postgres::{Client, Transaction};
+use tracing::warn;
+
+use crate::batch::{batched_appends, pipelined_appends, APPEND, APPEND_MANY};
+use crate::connection::{connect, db};
+use crate::sql::{
+    append, forget, highest_term, last_seq, load_snapshot, raise_fence, read, recorded_replies, recorded_reply,
+    remembered, save_snapshot,
+};
+use crate::PostgresConfig;
+
+/// Most requests one transaction takes.
+const MAX_BATCH: usize = 256;
+
+/// The writer's connection, with its append statement prepared once.
+struct Conn {
+    client: Client,
+    append: tokio_postgres::Statement,
+    append_many: tokio_postgres::Statement,
+}
+
+async fn open_conn(config: &PostgresConfig, client: Option<Client>) -> Result<Conn, JournalError> {
+    let client = match client {
+        Some(c) => c,
+        None => connect(config).await?,
+    };
+    let append = client.prepare(APPEND).await.map_err(db)?;
+    let append_many = client.prepare(APPEND_MANY).await.map_err(db)?;
+    Ok(Conn { client, append, append_many })
+}
+
+/// Hands each request to a writer: those of one persistence id always to the same one (their
+/// order is kept), the rest to the first.
+pub(crate) async fn route(mut rx: mpsc::Receiver<Job>, writers: Vec<mpsc::Sender<Job>>) {
+    while let Some(job) = rx.recv().await {
+        let pid = match &job {
+            Job::Append(req, _) => Some(req.persistence_id.as_str()),
+            Job::Read(pid, ..)
+            | Job::LastSeq(pid, _)
+            | Job::SaveSnapshot(_, pid, ..)
+            | Job::LoadSnapshot(pid, _)
+            | Job::RecordedReply(pid, ..)
+            | Job::RecordedReplies(pid, ..) => Some(pid.as_str()),
+            Job::RaiseFence(..) | Job::Remembered(..) | Job::Forget(..) | Job::HighestTerm(_) => None,
+        };
+        let i = pid.map_or(0, |p| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            std::hash::Hash::hash(p, &mut h);
+            (std::hash::Hasher::finish(&h) % writers.len() as u64) as usize
+        });
+        if let Err(mpsc::error::SendError(job)) = writers[i].send(job).await {
+            job.fail(JournalError::Unavailable("the journal's writer stopped".into()));
+        }
+    }
+}
+
+pub(crate) async fn writer(config: PostgresConfig, first_client: Option<Client>, mut rx: mpsc::Receiver<Job>) {
+    let mut first_client = first_client;
+    let mut conn: Option<Conn> = None;
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(j) => batch.push(j),
+                Err(_) => break,
+            }
+        }
+        if conn.as_ref().is_none_or(|c| c.client.is_closed()) {
+            conn = match open_conn(&config, first_client.take()).await {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    warn!(error = %e, "journal database unreachable");
+                    for job in batch {
+                        job.fail(e.clone());
+                    }
+                    continue;
+                }
+            };
+        }
+        let Some(c) = conn.as_mut() else { continue };
+        // No client-side timeout: dropping a batch half-way would leave its outcome unknown.
+        // The session's statement timeout bounds a hung server; a lost connection fails at once.
+        if let Err(e) = run_batch(c, batch).await {
+            warn!(error = %e, "journal transaction failed");
+            if matches!(e, JournalError::Unavailable(_) | JournalError::CommitUnknown(_)) {
+                conn = None;
+            }
+        }
+    }
+}
+
+/// Runs a batch in one transaction and answers every request once the commit's fate is known:
+/// nothing is acknowledged before it is durable.
+async fn run_batch(conn: &mut Conn, batch: Vec<Job>) -> Result<(), JournalError> {
+    let Conn { client, append, append_many } = conn;
+    // Reads of entities no append of the batch touches commute with everything in it: pipeline
+    // them on the connection first (they need no commit), so that a batch mixing recoveries and
+    // appends still gets the appends' fast paths below.
+    let (reads, batch): (Vec<Job>, Vec<Job>) = {
+        let appended: HashSet<String> = batch
+            .iter()
+            .filter_map(|j| if let Job::Append(r, _) = j { Some(r.persistence_id.clone()) } else { None })
+            .collect();
+        batch.into_iter().partition(|j| read_only(j).is_some_and(|pid| pid.is_none_or(|p| !appended.contains(p))))
+    };
+    if !reads.is_empty() {
+        let client = &*client;
+        for outcome in futures_util::future::join_all(reads.into_iter().map(|j| read_job(client, j))).await {
+            outcome.answer(&Ok(()));
+        }
+    }
+    if batch.is_empty() {
+        return Ok(());
+    }
+    if batch.len() > 1 && batch.iter().all(|j| matches!(j, Job::Append(..))) {
+        let requests: Vec<&AppendRequest> =
+            batch.iter().filter_map(|j| if let Job::Append(r, _) = j { Some(&**r) } else { None }).collect();
+        let distinct = requests.iter().map(|r| r.persistence_id.as_str()).collect::<HashSet<_>>().len();
+        let result = if distinct == requests.len() {
+            batched_appends(client, append_many, &requests).await
+        } else {
+            pipelined_appends(client, append, &requests).await
+        };
+        match result {
+            Ok((results, committed)) => {
+                for (job, result) in batch.into_iter().zip(results) {
+                    if let Job::Append(_, r) = job {
+                        Outcome::Seq(r, result).answer(&committed);
+                    }
+                }
+                return committed;
+            }
+            Err(e @ JournalError::CommitUnknown(_)) => {
+                for job in batch {
+                    job.fail(e.clone());
+                }
+                return Err(e);
+            }
+            // A statement failed (another process raced on the same sequence numbers, say) and
+            // took the transaction down: nothing of it was written. Go one savepoint at a time.
+            Err(e) => warn!(error = %e, "pipelined appends failed; running them one by one"),
+        }
+    }
+    let mut tx = match client.transaction().await {
+        Ok(tx) => tx,
+        Err(e) => {
+            let err = db(e);
+            for job in batch {
+                job.fail(err.clone());
+            }
+            return Err(err);
+        }
+    };
+    let mut outcomes = Vec::with_capacity(batch.len());
+    for job in batch {
+        outcomes.push(run_job(&mut tx, job).await);
+    }
+    let committed = tx.commit().await.map_err(|e| match db(e) {
+        JournalError::Unavailable(m) => JournalError::CommitUnknown(m),
+        other => other,
+    });
+    for o in outcomes {
+        o.answer(&committed);
+    }
+    committed
+}
+
+/// Whether a request only reads, and which persistence id (None: no single entity's).
+fn read_only(job: &Job) -> Option<Option<&str>> {
+    match job {
+        Job::Read(pid, ..)
+        | Job::LastSeq(pid, _)
+        | Job::LoadSnapshot(pid, _)
+        | Job::RecordedReply(pid, ..)
+        | Job::RecordedReplies(pid, ..) => Some(Some(pid.as_str())),
+        Job::Remembered(..) | Job::HighestTerm(_) => Some(None),
+        Job::RaiseFence(..) | Job::Append(..) | Job::SaveSnapshot(..) | Job::Forget(..) => None,
+    }
+}
+
+/// Runs a request that only reads (see [`read_only`]) outside any transaction.
+async fn read_job(client: &Client, job: Job) -> Outcome {
+    match job {
+        Job::Read(pid, from, max, r) => Outcome::Events(r, read(client, &pid, from, max).await),
+        Job::LastSeq(pid, r) => Outcome::Seq(r, last_seq(client, &pid).await),
+        Job::LoadSnapshot(pid, r) => Outcome::Snapshot(r, load_snapshot(client, &pid).await),
+        Job::RecordedReply(pid, id, r) => Outcome::Bytes(r, recorded_reply(client, &pid, &id).await),
+        Job::RecordedReplies(pid, n, r) => Outcome::Replies(r, recorded_replies(client, &pid, n).await),
+        Job::Remembered(t, s, r) => Outcome::Ids(r, remembered(client, &t, s).await),
+        Job::HighestTerm(r) => Outcome::Seq(r, highest_term(client).await),
+        other => Outcome::failed(other, JournalError::Failed("a write was taken for a read".into())),
+    }
+}
+
+async fn run_job(tx: &mut Transaction<'_>, job: Job) -> Outcome {
+    match job {
+        Job::RaiseFence(f, r) => Outcome::Epoch(r, in_savepoint(tx, |sp| Box::pin(raise_fence(sp, f))).await),
+        Job::Append(req, r) => Outcome::Seq(r, in_savepoint(tx, |sp| Box::pin(append(sp, *req))).await),
+        Job::Read(pid, from, max, r) => Outcome::Events(r, read(tx, &pid, from, max).await),
+        Job::LastSeq(pid, r) => Outcome::Seq(r, last_seq(tx, &pid).await),
+        Job::SaveSnapshot(f, pid, s, r) => {
+            Outcome::Unit(r, in_savepoint(tx, |sp| Box::pin(save_snapshot(sp, f, pid, s))).await)
+        }
+        Job::LoadSnapshot(pid, r) => Outcome::Snapshot(r, load_snapshot(tx, &pid).await),
+        Job::RecordedReply(pid, id, r) => Outcome::Bytes(r, recorded_reply(tx, &pid, &id).await),
+        Job::RecordedReplies(pid, n, r) => Outcome::Replies(r, recorded_replies(tx, &pid, n).await),
+        Job::Remembered(t, s, r) => Outcome::Ids(r, remembered(tx, &t, s).await),
+        Job::Forget(f, id, r) => Outcome::Unit(r, in_savepoint(tx, |sp| Box::pin(forget(sp, f, id))).await),
+        Job::HighestTerm(r) => Outcome::Seq(r, highest_term(tx).await),
+    }
+}
+
+/// Runs `f` in a savepoint: on error what it wrote is rolled back, and the batch goes on.
+async fn in_savepoint<'t, T>(
+    tx: &'t mut Transaction<'_>,
+    f: impl for<'s> FnOnce(&'s Transaction<'s>) -> BoxFuture<'s, Result<T, JournalError>>,
+) -> Result<T, JournalError> {
+    let sp = tx.transaction().await.map_err(db)?;
+    let r = f(&sp).await;
+    match r {
+        Ok(v) => {
+            sp.commit().await.map_err(db)?;
+            Ok(v)
+        }
+        Err(e) => {
+            sp.rollback().await.map_err(db)?;
+            Err(e)
+        }
+    }
+}
