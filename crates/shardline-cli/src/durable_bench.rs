@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use serde_json::json;
 use shardline::entity::{EventSourcedHandle, EventSourcedSettings};
-use shardline::{Cluster, EntityHandle, EntitySettings};
+use shardline::{Cluster, EntityHandle, StrategyKind};
 use shardline_cli::store::{self, StoreSpec};
-use shardline_cli::{account_settings, Account, AccountCmd, MemoryAccount};
+use shardline_cli::{account_settings, register_memory_accounts, Account, AccountCmd, MemoryAccount};
 
 use crate::args::BenchArgs;
 use crate::bench::{Paired, SLICE};
@@ -50,7 +50,7 @@ pub async fn durable_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError
         )
         .await?;
     let memory: EntityHandle<MemoryAccount> =
-        cluster.register::<MemoryAccount>(EntitySettings::new("memory-account").shards(SHARDS)).await?;
+        register_memory_accounts(&cluster, SHARDS, &StrategyKind::LeastShards).await?;
     // Every account exists (and has recovered) before the first slice.
     for i in 0..n {
         durable.ask(format!("a{i}"), AccountCmd::Balance).await?;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use shardline::entity::{EventSourcedHandle, EventSourcedSettings};
 use shardline::journal::Journal;
-use shardline::{Cluster, ConfigError, EntitySettings, StrategyKind};
+use shardline::{Cluster, ConfigError, EntityHandle, EntitySettings, StrategyKind};
 
 pub use account::{Account, AccountCmd, AccountReply, Echo, MemoryAccount};
 
@@ -45,6 +45,31 @@ pub fn account_type(shards: u32, strategy: &StrategyKind, journal: Option<Arc<dy
         Some(j) => settings.journal(j),
         None => settings,
     }
+}
+
+/// The settings of the accounts kept in memory ([`MemoryAccount`], type `memory-account`): the
+/// accounts' settings under another type key, with no journal. Nodes serve them beside the
+/// journaled ones, as the floor the demo and `durable-ask` measure against.
+/// Under `external`, whose shards wait for an operator's placement, they take least-shards.
+pub fn memory_account_settings(shards: u32, strategy: &StrategyKind) -> EntitySettings {
+    let strategy = match strategy {
+        StrategyKind::External => &StrategyKind::LeastShards,
+        other => other,
+    };
+    EntitySettings::new("memory-account")
+        .shards(shards)
+        .ask_timeout(Duration::from_secs(5))
+        .hand_off_timeout(Duration::from_secs(5))
+        .strategy(strategy.clone())
+}
+
+/// Registers the in-memory accounts (see [`memory_account_settings`]).
+pub async fn register_memory_accounts(
+    cluster: &Cluster,
+    shards: u32,
+    strategy: &StrategyKind,
+) -> Result<EntityHandle<MemoryAccount>, ConfigError> {
+    cluster.register::<MemoryAccount>(memory_account_settings(shards, strategy)).await
 }
 
 /// Registers the account type with these settings.

@@ -206,7 +206,7 @@ impl AccountRange {
     }
 }
 
-fn error_kind(e: &Error) -> &'static str {
+pub fn error_kind(e: &Error) -> &'static str {
     match e {
         Error::Timeout(_) => "timeout",
         Error::Unavailable(_) => "unavailable",

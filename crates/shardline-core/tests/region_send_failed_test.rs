@@ -177,3 +177,19 @@ fn left_refuses_every_buffered_message_as_not_processed() {
     assert_eq!(refused, [(0, 1, RejectReason::Left), (1, 2, RejectReason::Left)]);
     assert_eq!(r.buffered(), 0);
 }
+
+#[test]
+fn take_buffered_hands_every_buffered_message_over_and_emits_nothing() {
+    let mut r = region("x", 2);
+    r.handle_send(1, ShardId(0), 1);
+    r.handle_send(1, ShardId(1), 2);
+    r.handle_send(1, ShardId(1), 3);
+    rdrain(&mut r);
+    let mut taken = r.take_buffered();
+    taken.sort();
+    assert_eq!(taken, [(ShardId(0), 1), (ShardId(1), 2), (ShardId(1), 3)], "each with its shard, in order per shard");
+    assert_eq!(r.buffered(), 0);
+    assert!(rdrain(&mut r).is_empty(), "a crash sends nothing: the caller decides what the messages become");
+    // Nothing is left to deliver when the shard gets a home later.
+    assert!(r.take_buffered().is_empty());
+}

@@ -2,132 +2,55 @@
 //! graceful leave and `kill -9`, checked against the driver's own ledger.
 
 use std::collections::BTreeMap;
-use std::io::IsTerminal;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressStyle};
-use serde::Serialize;
 use shardline::Cluster;
 
 use crate::args::DemoArgs;
 use crate::load::{
-    percentiles, probe_ids, run_accounts, shards_per_node, AccountRange, HomeMonitor, Invariants, Latency, Ledger,
-    Route,
+    percentiles, probe_ids, run_accounts, shards_per_node, AccountRange, HomeMonitor, Invariants, Ledger, Route,
 };
 use crate::procs::{free_port, work_dir, NodeProc, RunCerts};
 use shardline_cli::history::{self, ownership, HistoryWriter};
 use shardline_cli::membership::MembershipSpec;
 use shardline_cli::store::StoreSpec;
-use shardline_cli::{register_accounts, Accounts};
+use shardline_cli::{register_accounts, register_memory_accounts, Accounts};
 
-#[derive(Debug, Serialize)]
-pub struct PhaseReport {
-    pub name: String,
-    pub acked: u64,
-    pub failed: u64,
-    pub ops_per_s: f64,
-    pub latency_us: Latency,
-    pub shards_moved: usize,
-    /// -1 when the moved shards were not seen serving again.
-    pub rehome_ms: f64,
-    pub rehomed: bool,
-    /// Why the moved shards were not seen serving again (the monitor ran out of time, say).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rehome_error: Option<String>,
-    pub errors: BTreeMap<String, u64>,
-    pub ledger_checked: bool,
-    /// Rolling restart: shards on nodes of the new version at the end of the phase.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub new_version_shards: Option<usize>,
-    /// Rolling restart: whether a node of the old version was given a shard during the phase.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub old_version_gained: Option<bool>,
-}
+mod in_memory;
+mod progress;
+mod report;
 
-#[derive(Debug, Serialize)]
-pub struct InvariantReport {
-    pub lost_acked: u64,
-    pub double_applied: u64,
-    pub ledger_mismatches: u64,
-    /// Reads of the recorded history placed in their account's log (see `shardline check`).
-    pub reads_checked: u64,
-    /// Reads that fit no place in it: stale, or from another owner's history.
-    pub stale_reads: u64,
-    /// Writes of the history checked against the audits after them.
-    pub writes_checked: u64,
-    /// What else the history check found: lost, doubled or refused-yet-applied writes, writes in
-    /// an order real time rules out.
-    pub history_violations: u64,
-    /// Times a shard was hosted by two nodes at once, from the nodes' ownership log.
-    pub ownership_overlaps: u64,
-    pub checked_after: Vec<String>,
-    pub note: String,
-}
+use progress::Progress;
+pub use report::NodeReport;
+use report::{DemoReport, InMemoryReport, InvariantReport, PhaseReport};
 
-#[derive(Debug, Serialize)]
-pub struct NodeReport {
-    pub name: String,
-    pub shards: usize,
-}
-
-#[derive(Debug, Serialize)]
-pub struct DemoReport {
-    /// The journal's kind: sqlite or postgres.
-    pub store: String,
-    pub nodes_started: u32,
-    pub shards: u32,
-    pub entities: u64,
-    pub phases: Vec<PhaseReport>,
-    pub invariants: InvariantReport,
-    pub nodes: Vec<NodeReport>,
-}
-
-/// Shows progress: a live line on a terminal, plain lines otherwise.
-struct Progress {
-    bar: Option<ProgressBar>,
-    last_line: Mutex<Instant>,
-}
-
-impl Progress {
-    fn new() -> Self {
-        let bar = std::io::stdout().is_terminal().then(|| {
-            let b = ProgressBar::new_spinner();
-            if let Ok(style) = ProgressStyle::with_template("{spinner} {msg}") {
-                b.set_style(style);
-            }
-            b.enable_steady_tick(Duration::from_millis(120));
-            b
-        });
-        Progress { bar, last_line: Mutex::new(Instant::now()) }
-    }
-
-    fn update(&self, msg: String) {
-        match &self.bar {
-            Some(b) => b.set_message(msg),
-            None => {
-                let mut last = self.last_line.lock().unwrap_or_else(|e| e.into_inner());
-                if last.elapsed() >= Duration::from_secs(1) {
-                    println!("  {msg}");
-                    *last = Instant::now();
-                }
-            }
-        }
-    }
-
-    fn line(&self, msg: String) {
-        match &self.bar {
-            Some(b) => b.println(msg),
-            None => println!("{msg}"),
-        }
-    }
-
-    fn finish(&self) {
-        if let Some(b) = &self.bar {
-            b.finish_and_clear();
-        }
-    }
+/// The steady load against the in-memory accounts (see [`in_memory`]).
+async fn steady_in_memory(
+    memory: &shardline::EntityHandle<shardline_cli::MemoryAccount>,
+    args: &DemoArgs,
+    progress: &Progress,
+) -> InMemoryReport {
+    let duration = Duration::from_secs(args.duration_secs);
+    let load = in_memory::run(memory, AccountRange::first(args.entities), args.concurrency, duration, |acked, _, t| {
+        progress
+            .update(format!("steady, in memory: {:>8.0} ops/s ({t:.0?})", acked as f64 / t.as_secs_f64().max(0.001)))
+    })
+    .await;
+    let mut lat = load.latencies;
+    let report = InMemoryReport {
+        acked: load.acked,
+        failed: load.failed,
+        ops_per_s: load.acked as f64 / load.elapsed.as_secs_f64().max(0.001),
+        latency_us: percentiles(&mut lat),
+        errors: load.errors,
+    };
+    progress.line(format!(
+        "{:<18} {:>9.0} ops/s  p50 {:>7.0} µs  p99 {:>8.0} µs  (the same load on accounts kept in memory)  failed {:>6}",
+        "steady, in memory", report.ops_per_s, report.latency_us.p50, report.latency_us.p99, report.failed
+    ));
+    report
 }
 
 async fn wait_for(what: &str, limit: Duration, progress: &Progress, mut cond: impl FnMut() -> bool) -> bool {
@@ -325,6 +248,7 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
     }
     let driver = driver.build().await?;
     let accounts: Accounts = register_accounts(&driver, args.shards, &args.strategy.0, None).await?;
+    let memory = register_memory_accounts(&driver, args.shards, &args.strategy.0).await?;
     // The demo's driver runs in this process for the whole run: one incarnation, one route.
     let route = Route::new(accounts.clone());
     let want = args.nodes as usize;
@@ -334,7 +258,7 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
     }
     let a2 = accounts.clone();
     if !wait_for("every shard to get a home", Duration::from_secs(60), &progress, || {
-        a2.entities().shard_homes().iter().all(Option::is_some)
+        a2.entities().shard_homes().iter().chain(&memory.shard_homes()).all(Option::is_some)
     })
     .await
     {
@@ -376,6 +300,7 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
         ["steady", "scale-out", "graceful-leave", "kill-9", "steady-after-kill"].map(String::from).to_vec()
     };
     let mut reports = Vec::new();
+    let mut in_memory = None;
     let mut inv = Invariants::default();
     let mut checked = Vec::new();
     let mut leaver: Option<tokio::task::JoinHandle<Option<i32>>> = None;
@@ -524,7 +449,12 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
             if report.errors.is_empty() { String::new() } else { format!("{:?}", report.errors) },
         ));
         reports.push(report);
+        if name == "steady" {
+            in_memory = Some(steady_in_memory(&memory, &args, &progress).await);
+        }
     }
+    let in_memory = in_memory.ok_or("the run had no steady phase")?;
+    let durable_ratio = reports.first().map_or(0.0, |p| p.ops_per_s) / in_memory.ops_per_s.max(f64::MIN_POSITIVE);
     progress.finish();
     let per_node = shards_per_node(&accounts.entities().shard_homes());
     let report = DemoReport {
@@ -533,6 +463,8 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
         shards: args.shards,
         entities: args.entities,
         phases: reports,
+        in_memory,
+        durable_ratio,
         invariants: InvariantReport {
             lost_acked: inv.lost_acked,
             double_applied: inv.double_applied,
@@ -552,7 +484,14 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
         },
         nodes: per_node.into_iter().map(|(name, shards)| NodeReport { name, shards }).collect(),
     };
-    println!("\nInvariants (after {}):", report.invariants.checked_after.join(", "));
+    println!(
+        "\nSteady: {:.0} ops/s on the {} journal, {:.0} ops/s on accounts kept in memory ({:.2}×)",
+        report.phases.first().map_or(0.0, |p| p.ops_per_s),
+        report.store,
+        report.in_memory.ops_per_s,
+        report.durable_ratio
+    );
+    println!("Invariants (after {}):", report.invariants.checked_after.join(", "));
     println!(
         "  lost acknowledged operations: {}\n  operations applied twice:     {}\n  ledger mismatches:            {}",
         report.invariants.lost_acked, report.invariants.double_applied, report.invariants.ledger_mismatches
