@@ -146,12 +146,13 @@ async fn a_retried_request_is_applied_once() {
 
 /// A journal as one node sees it: every call goes to `inner`, but the append of request `lost`
 /// is committed and never answered, as when the node is killed between its commit and its
-/// reply; and with `recoveries`, each recovery (its snapshot's load) takes 20 ms and is counted
-/// while it runs.
+/// reply; with `recoveries`, each recovery (its snapshot's load) takes 20 ms and is counted
+/// while it runs; with `replayed`, the events read back are counted.
 struct Watched {
     inner: InMemoryJournal,
     lost: Option<String>,
     recoveries: Option<Arc<Recoveries>>,
+    replayed: Option<Arc<std::sync::atomic::AtomicUsize>>,
 }
 
 /// Recoveries running now, and the most at any moment.
@@ -176,7 +177,13 @@ impl Journal for Watched {
         })
     }
     fn read_page(&self, pid: &str, from: u64, max: usize) -> BoxFuture<'_, Result<Vec<StoredEvent>, JournalError>> {
-        self.inner.read_page(pid, from, max)
+        let Some(counted) = self.replayed.clone() else { return self.inner.read_page(pid, from, max) };
+        let pid = pid.to_string();
+        Box::pin(async move {
+            let page = self.inner.read_page(&pid, from, max).await?;
+            counted.fetch_add(page.len(), std::sync::atomic::Ordering::SeqCst);
+            Ok(page)
+        })
     }
     fn last_seq(&self, pid: &str) -> BoxFuture<'_, Result<u64, JournalError>> {
         self.inner.last_seq(pid)
@@ -222,7 +229,7 @@ impl Journal for Watched {
 async fn a_retry_of_a_request_committed_by_a_node_that_died_before_answering_is_applied_once() {
     let journal = InMemoryJournal::new();
     let es = EventSourcedSettings::default();
-    let dying = Watched { inner: journal.clone(), lost: Some("deposit-1".into()), recoveries: None };
+    let dying = Watched { inner: journal.clone(), lost: Some("deposit-1".into()), recoveries: None, replayed: None };
     let settings = EntitySettings::new("tally").shards(SHARDS).journal(Arc::new(dying));
     let (a, ha) = node_with("es-lost", "a", None, settings, es).await;
     let (_b, hb) = node("es-lost", "b", Some(&a), &journal, es).await;
@@ -283,6 +290,42 @@ async fn snapshots_are_written_every_n_events_and_used_to_recover() {
     eventually("b is given shards", Duration::from_secs(30), move || !hb2.entities().hosted_shards().is_empty()).await;
     a.leave_within(Duration::from_secs(20)).await.unwrap();
     assert_eq!(hb.ask("z", TallyCmd::Get).await.unwrap(), 50);
+}
+
+/// However long an entity's history, a recovery reads its snapshot and at most `snapshot_every`
+/// events after it: that is what bounds its time (the journal bench times one such recovery).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_replays_no_more_than_the_events_after_the_last_snapshot() {
+    let journal = InMemoryJournal::new();
+    let es = EventSourcedSettings { snapshot_every: 100, ..EventSourcedSettings::default() };
+    let (a, ha) = node("es-bounded", "a", None, &journal, es).await;
+    // b counts what it reads back.
+    let replayed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let watched = Watched { inner: journal.clone(), lost: None, recoveries: None, replayed: Some(replayed.clone()) };
+    let settings = EntitySettings::new("tally").shards(SHARDS).journal(Arc::new(watched));
+    let (_b, hb) = node_with("es-bounded", "b", Some(&a), settings, es).await;
+    let hb2 = hb.clone();
+    eventually("b hosts shards", Duration::from_secs(30), move || !hb2.entities().hosted_shards().is_empty()).await;
+    let ha2 = ha.clone();
+    eventually("a hosts shards", Duration::from_secs(30), move || !ha2.entities().hosted_shards().is_empty()).await;
+    let on_a = ha.entities().hosted_shards();
+    let id = (0..).map(|i| format!("long{i}")).find(|id| on_a.contains(&hb.entities().shard_of(id))).unwrap();
+    for _ in 0..1_050 {
+        hb.ask(&id, TallyCmd::Add(1)).await.expect("acknowledged");
+    }
+    // Only the recovery after the crash counts (a rebalance may have moved the entity before).
+    replayed.store(0, std::sync::atomic::Ordering::SeqCst);
+    a.crash();
+    let hb2 = hb.clone();
+    eventually("b hosts every shard", Duration::from_secs(60), move || {
+        hb2.entities().hosted_shards().len() == SHARDS as usize
+    })
+    .await;
+    assert_eq!(hb.ask(&id, TallyCmd::Get).await.unwrap(), 1_050);
+    let read = replayed.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(read <= 100, "replayed {read} events of a history of 1,050 with a snapshot every 100");
+    let pid = format!("tally|{id}");
+    assert_eq!(journal.load_snapshot(&pid).await.unwrap().map(|s| s.seq), Some(1_000));
 }
 
 /// While the journal is down, commands fail as not applied; afterwards they work, and nothing
@@ -385,7 +428,7 @@ async fn remembered_entities_recover_a_few_at_a_time() {
     let journal = InMemoryJournal::new();
     let recoveries = Arc::new(Recoveries::default());
     let settings = |recoveries: Option<Arc<Recoveries>>| {
-        let watched = Watched { inner: journal.clone(), lost: None, recoveries };
+        let watched = Watched { inner: journal.clone(), lost: None, recoveries, replayed: None };
         EntitySettings::new("tally")
             .shards(SHARDS)
             .journal(Arc::new(watched))
