@@ -357,8 +357,8 @@ async fn leave_with_the_only_peer_frozen(second_signal: bool) {
     } else {
         assert_eq!(code, Some(0), "node log:\n{text}");
         // No leader for 5 s, or the frozen peer declared down first (about as long): either
-        // way the shards stop here. Or the resolver downs this node first, the frozen leader
-        // holding the lowest node: its hosting ends, which stops them here too.
+        // way the shards stop here. Or the resolver downs this node first (seen once under
+        // load, while the frozen peer led): its hosting ends, which stops them here too.
         assert!(
             text.contains("leaving without hand-off") || text.contains("hosting ended during the leave"),
             "node log:\n{text}"
