@@ -378,6 +378,24 @@ pub async fn run_accounts(
             (lat, errors)
         }));
     }
+    gather(tasks, &stop, &acked, &failed, start, duration, progress).await
+}
+
+/// What each caller of a load measured: its latencies, and its failures by kind.
+pub type CallerLoad = (Vec<u32>, BTreeMap<String, u64>);
+
+/// Lets `tasks` (callers counting into `acked` and `failed`, until `stop` is set) run for
+/// `duration` from `start`, calling `progress` about four times a second, then stops them and
+/// adds up what they measured.
+pub async fn gather(
+    tasks: Vec<tokio::task::JoinHandle<CallerLoad>>,
+    stop: &AtomicBool,
+    acked: &AtomicU64,
+    failed: &AtomicU64,
+    start: Instant,
+    duration: Duration,
+    progress: impl Fn(u64, u64, Duration),
+) -> PhaseLoad {
     let deadline = start + duration;
     while Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(250).min(deadline.saturating_duration_since(Instant::now()))).await;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use shardline::EntityHandle;
 use shardline_cli::{AccountCmd, MemoryAccount};
 
-use crate::load::{error_kind, AccountRange, PhaseLoad};
+use crate::load::{error_kind, gather, AccountRange, PhaseLoad};
 
 /// Runs `concurrency` callers of random deposits, withdrawals and balance reads (the steady
 /// phase's mix) on `range` for `duration`.
@@ -64,23 +64,5 @@ pub async fn run(
             (lat, errors)
         }));
     }
-    let deadline = start + duration;
-    while Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(250).min(deadline.saturating_duration_since(Instant::now()))).await;
-        progress(acked.load(Ordering::Relaxed), failed.load(Ordering::Relaxed), start.elapsed());
-    }
-    stop.store(true, Ordering::Relaxed);
-    let mut out = PhaseLoad::default();
-    for t in tasks {
-        if let Ok((lat, errors)) = t.await {
-            out.latencies.extend(lat);
-            for (k, v) in errors {
-                *out.errors.entry(k).or_default() += v;
-            }
-        }
-    }
-    out.elapsed = start.elapsed();
-    out.acked = acked.load(Ordering::Relaxed);
-    out.failed = failed.load(Ordering::Relaxed);
-    out
+    gather(tasks, &stop, &acked, &failed, start, duration, progress).await
 }
