@@ -63,6 +63,8 @@ pub use id::{shard_of, EntityId, NodeId, ShardId, TypeKey};
 pub use membership::{AppVersion, Member, MemberStatus, MembershipError, MembershipView, RebalanceHold, PROXY_ROLE};
 pub use protocol::{BounceReason, RegionMessage, ToCoordinator, ToRegion};
 pub use read_models::{ClusterReadModel, NodeHealth, RebalancingStatus};
-pub use region::{RegionCommand, RegionConfig, RegionEngine, RejectReason, Route, SendFailure};
+pub use region::{
+    ClaimOutcome, RegionCommand, RegionConfig, RegionEngine, RejectReason, RememberPace, Route, SendFailure,
+};
 pub use shard_map::{Epoch, MapError, ShardHome, ShardMap, ShardSlot, Term};
 pub use split_brain::{SplitBrainDecision, SplitBrainPolicy};

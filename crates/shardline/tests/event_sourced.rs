@@ -153,6 +153,8 @@ struct Watched {
     lost: Option<String>,
     recoveries: Option<Arc<Recoveries>>,
     replayed: Option<Arc<std::sync::atomic::AtomicUsize>>,
+    /// How many reads of the remembered entities fail before one is answered.
+    unlisted: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// Recoveries running now, and the most at any moment.
@@ -211,6 +213,10 @@ impl Journal for Watched {
         self.inner.recorded_replies(pid, newest)
     }
     fn remembered(&self, type_key: &str, shard: ShardId) -> BoxFuture<'_, Result<Vec<String>, JournalError>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.unlisted.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok() {
+            return Box::pin(async { Err(JournalError::Unavailable("the journal is restarting".into())) });
+        }
         self.inner.remembered(type_key, shard)
     }
     fn forget(&self, fence: &Fence, entity_id: &str) -> BoxFuture<'_, Result<(), JournalError>> {
@@ -229,7 +235,13 @@ impl Journal for Watched {
 async fn a_retry_of_a_request_committed_by_a_node_that_died_before_answering_is_applied_once() {
     let journal = InMemoryJournal::new();
     let es = EventSourcedSettings::default();
-    let dying = Watched { inner: journal.clone(), lost: Some("deposit-1".into()), recoveries: None, replayed: None };
+    let dying = Watched {
+        inner: journal.clone(),
+        lost: Some("deposit-1".into()),
+        recoveries: None,
+        replayed: None,
+        unlisted: Default::default(),
+    };
     let settings = EntitySettings::new("tally").shards(SHARDS).journal(Arc::new(dying));
     let (a, ha) = node_with("es-lost", "a", None, settings, es).await;
     let (_b, hb) = node("es-lost", "b", Some(&a), &journal, es).await;
@@ -301,7 +313,13 @@ async fn a_recovery_replays_no_more_than_the_events_after_the_last_snapshot() {
     let (a, ha) = node("es-bounded", "a", None, &journal, es).await;
     // b counts what it reads back.
     let replayed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let watched = Watched { inner: journal.clone(), lost: None, recoveries: None, replayed: Some(replayed.clone()) };
+    let watched = Watched {
+        inner: journal.clone(),
+        lost: None,
+        recoveries: None,
+        replayed: Some(replayed.clone()),
+        unlisted: Default::default(),
+    };
     let settings = EntitySettings::new("tally").shards(SHARDS).journal(Arc::new(watched));
     let (_b, hb) = node_with("es-bounded", "b", Some(&a), settings, es).await;
     let hb2 = hb.clone();
@@ -428,7 +446,8 @@ async fn remembered_entities_recover_a_few_at_a_time() {
     let journal = InMemoryJournal::new();
     let recoveries = Arc::new(Recoveries::default());
     let settings = |recoveries: Option<Arc<Recoveries>>| {
-        let watched = Watched { inner: journal.clone(), lost: None, recoveries, replayed: None };
+        let watched =
+            Watched { inner: journal.clone(), lost: None, recoveries, replayed: None, unlisted: Default::default() };
         EntitySettings::new("tally")
             .shards(SHARDS)
             .journal(Arc::new(watched))
@@ -455,6 +474,42 @@ async fn remembered_entities_recover_a_few_at_a_time() {
     for i in (0..120u64).step_by(7) {
         assert_eq!(hb.ask(format!("r{i}"), TallyCmd::Get).await.unwrap(), i);
     }
+}
+
+/// A journal that cannot list a shard's remembered entities when the shard starts (it is
+/// restarting) is asked again: the entities start, only later. Before, a failed read left them
+/// to start on demand only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remembered_entities_start_even_when_the_journal_cannot_list_them_at_first() {
+    let journal = InMemoryJournal::new();
+    let unlisted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let settings = || {
+        let watched = Watched {
+            inner: journal.clone(),
+            lost: None,
+            recoveries: None,
+            replayed: None,
+            unlisted: unlisted.clone(),
+        };
+        EntitySettings::new("tally").shards(SHARDS).journal(Arc::new(watched)).remember_entities(1_000)
+    };
+    let es = EventSourcedSettings::default();
+    let (a, ha) = node_with("es-unlisted", "a", None, settings(), es).await;
+    for i in 0..12u64 {
+        ha.ask(format!("r{i}"), TallyCmd::Add(i)).await.unwrap();
+    }
+    let (_b, hb) = node_with("es-unlisted", "b", Some(&a), settings(), es).await;
+    let hb2 = hb.clone();
+    eventually("b hosts shards", Duration::from_secs(30), move || !hb2.entities().hosted_shards().is_empty()).await;
+    // Every shard's first reads fail, more of them than there are shards.
+    unlisted.store(2 * SHARDS as usize, std::sync::atomic::Ordering::SeqCst);
+    a.crash();
+    let hb2 = hb.clone();
+    eventually("every remembered entity starts on b", Duration::from_secs(60), move || {
+        hb2.entities().local_entities() == 12
+    })
+    .await;
+    assert_eq!(unlisted.load(std::sync::atomic::Ordering::SeqCst), 0, "every failed read was asked again");
 }
 
 /// A cluster restarted from scratch on the journal of an earlier run whose leadership changed:

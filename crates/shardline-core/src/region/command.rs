@@ -1,6 +1,6 @@
 //! What a region asks its driver to do.
 
-use crate::id::{NodeId, ShardId};
+use crate::id::{EntityId, NodeId, ShardId};
 use crate::protocol::{RegionMessage, ToCoordinator};
 use crate::shard_map::Epoch;
 
@@ -107,6 +107,33 @@ pub enum RegionCommand<M> {
     PassivateIdle {
         /// How long an entity must have been idle.
         after_ms: u64,
+    },
+    /// Claim `shard` at `epoch` in the type's journal (it fences older owners' writes), then
+    /// call [`RegionEngine::handle_claimed`](crate::RegionEngine::handle_claimed).
+    ClaimShard {
+        /// The shard.
+        shard: ShardId,
+        /// The epoch it is hosted at.
+        epoch: Epoch,
+    },
+    /// Read the remembered entities of `shard`, then call
+    /// [`RegionEngine::handle_remembered`](crate::RegionEngine::handle_remembered).
+    ReadRemembered {
+        /// The shard.
+        shard: ShardId,
+        /// The epoch it is hosted at.
+        epoch: Epoch,
+    },
+    /// Start entity `id` of `shard` without a message (its recovery runs), unless it is in memory
+    /// already; then, once it recovered or will not, call
+    /// [`RegionEngine::handle_woken`](crate::RegionEngine::handle_woken).
+    WakeEntity {
+        /// The shard.
+        shard: ShardId,
+        /// The epoch it is hosted at.
+        epoch: Epoch,
+        /// The entity.
+        id: EntityId,
     },
     /// Tell the sender its message was refused.
     Reject {

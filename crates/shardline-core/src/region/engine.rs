@@ -10,8 +10,11 @@ use crate::id::{NodeId, ShardId};
 use crate::shard_map::{Epoch, ShardHome, Term};
 
 mod homes;
+mod remember;
 mod routing;
 mod sweeps;
+
+pub use remember::{ClaimOutcome, RememberPace};
 
 /// Settings of a region.
 #[derive(Clone, Debug)]
@@ -44,6 +47,15 @@ pub struct RegionConfig {
     /// How long an entity may stay idle in memory before it is stopped
     /// ([`RegionCommand::PassivateIdle`]; None, the default: for as long as its shard is here).
     pub passivate_after_ms: Option<u64>,
+    /// The type keeps a journal: each shard started here is claimed in it
+    /// ([`RegionCommand::ClaimShard`]). False by default.
+    pub journaled: bool,
+    /// How long before a claim, or a read of the remembered entities, that the journal could not
+    /// answer is asked again (default 1 s).
+    pub claim_retry_ms: u64,
+    /// The type remembers its entities: they restart when their shard starts here, at this pace
+    /// (None by default; needs `journaled`).
+    pub remember: Option<RememberPace>,
 }
 
 impl RegionConfig {
@@ -59,6 +71,9 @@ impl RegionConfig {
             claim_refused_pause_ms: 1_000,
             linger_sweep_ms: None,
             passivate_after_ms: None,
+            journaled: false,
+            claim_retry_ms: 1_000,
+            remember: None,
         }
     }
 }
@@ -95,6 +110,8 @@ pub struct RegionEngine<M> {
     pub(super) sweep_idle_at: Option<u64>,
     commands: VecDeque<RegionCommand<M>>,
     fenced: bool,
+    /// Claims and remembered entities of the shards started here.
+    remembering: remember::Remembering,
     /// Incoming streams: (sender, shard) → (stream, next expected position).
     incoming: HashMap<(NodeId, ShardId), (u64, u64)>,
 }
@@ -123,6 +140,7 @@ impl<M> RegionEngine<M> {
             sweep_idle_at,
             commands: VecDeque::new(),
             fenced: false,
+            remembering: Default::default(),
             incoming: HashMap::new(),
         }
     }
@@ -277,6 +295,7 @@ impl<M> RegionEngine<M> {
         self.buffered = 0;
         self.timers.clear();
         self.refused.clear();
+        self.remembering.clear();
         self.sweep_linger_at = None;
         self.sweep_idle_at = None;
         self.register_at = None;
@@ -299,16 +318,18 @@ impl<M> Engine for RegionEngine<M> {
         }
         let ask = self.timers.first().map(|(t, _)| *t);
         let refused = self.refused.first().map(|(t, _, _)| *t);
-        [ask, self.register_at, refused, self.sweep_linger_at, self.sweep_idle_at].into_iter().flatten().min()
+        let remember = self.remembering.next_due(self.config.remember);
+        [ask, self.register_at, refused, self.sweep_linger_at, self.sweep_idle_at, remember].into_iter().flatten().min()
     }
 
-    /// Timers: repeat unanswered questions to the coordinator, stop shards whose claim was
-    /// refused.
+    /// Timers: repeat unanswered questions to the coordinator and to the journal, stop shards
+    /// whose claim was refused, wake remembered entities.
     fn handle_timeout(&mut self, now: u64) {
         if self.fenced {
             return;
         }
         self.sweep_if_due(now);
+        self.remember_if_due(now);
         while let Some(&(t, shard, epoch)) = self.refused.first() {
             if t > now {
                 break;

@@ -6,7 +6,9 @@
 //!   from other regions ─────┼──►  RegionEngine  ───┼──► SendToRegion (Forward, Bounce, Flush…)
 //!   from the coordinator ───┤   (per-shard route,  ├──► SendToCoordinator (Register, GetShardHome…)
 //!   link down / undelivered ┤    buffers, timers)  ├──► StartShard / StopShard
-//!   shard stopped, timer ───┘                      └──► Reject (Overloaded, Unavailable)
+//!   shard stopped, timer ───┤                      ├──► Reject (Overloaded, Unavailable)
+//!   claimed, remembered,    │                      └──► ClaimShard / ReadRemembered /
+//!   entity woken ───────────┘                           WakeEntity
 //! ```
 //!
 //! # Order and loss
@@ -26,4 +28,4 @@ mod engine;
 mod shard_state;
 
 pub use command::{RegionCommand, RejectReason, SendFailure};
-pub use engine::{RegionConfig, RegionEngine, Route};
+pub use engine::{ClaimOutcome, RegionConfig, RegionEngine, RememberPace, Route};

@@ -21,6 +21,7 @@ mod faults;
 mod invariants;
 mod membership;
 mod params;
+mod remembered;
 
 pub use params::Params;
 
@@ -85,6 +86,20 @@ enum Ev {
         name: String,
     },
     Join,
+    /// The journal answers a claim or a read of remembered entities.
+    Journal {
+        node: NodeId,
+        shard: ShardId,
+        epoch: Epoch,
+        read: bool,
+    },
+    /// A woken remembered entity has recovered.
+    Woken {
+        node: NodeId,
+        shard: ShardId,
+        epoch: Epoch,
+        entity: u32,
+    },
     /// A stale leader's lease deadline: it stops coordinating if it still does.
     LeaderDeadline {
         node: NodeId,
@@ -109,6 +124,8 @@ struct SimNode {
     stopping: BTreeSet<ShardId>,
     timer_at: Option<u64>,
     client_seq: HashMap<(u32, u32), u64>,
+    /// Remembered entities woken and not yet recovered.
+    waking: usize,
 }
 
 pub struct World {
@@ -233,6 +250,11 @@ impl World {
         rc.retry_initial_ms = 10;
         rc.retry_max_ms = 400;
         rc.register_retry_ms = 200;
+        if self.p.remember {
+            rc.journaled = true;
+            rc.claim_retry_ms = 100;
+            rc.remember = Some(remembered::PACE);
+        }
         let node = SimNode {
             id: id.clone(),
             alive: true,
@@ -245,6 +267,7 @@ impl World {
             stopping: BTreeSet::new(),
             timer_at: None,
             client_seq: HashMap::new(),
+            waking: 0,
         };
         self.log(|| format!("start {id}"));
         self.nodes.insert(id.clone(), node);
@@ -397,6 +420,8 @@ impl World {
                 self.pump(&node);
             }
             Ev::Process { node } => self.process(&node),
+            Ev::Journal { node, shard, epoch, read } => self.journal_answers(&node, shard, epoch, read),
+            Ev::Woken { node, shard, epoch, entity } => self.woken(&node, shard, epoch, entity),
             Ev::LeaderDeadline { node, term } => {
                 let Some(n) = self.nodes.get_mut(&node) else { return };
                 if self.leader.as_ref() != Some(&node) && n.coordinator.as_ref().is_some_and(|c| c.term() == term) {
@@ -521,6 +546,7 @@ impl World {
         }
         if self.ledger.violations.is_empty() {
             self.check_homed();
+            self.check_remembered();
             self.ledger.check_all_settled();
         }
         (std::mem::take(&mut self.ledger.violations), self)

@@ -33,10 +33,30 @@ pub(crate) enum Body<E: Entity> {
     Nudge,
     /// Starts the entity (its `started` hook runs) without a message: a remembered entity whose
     /// shard started here. It holds a place among the remembered entities starting at once,
-    /// given back when it is dropped: once the entity has started. Never leaves the node.
+    /// given back when it is dropped: once the entity has started, or when it never will. Never
+    /// leaves the node.
     Wake {
-        place: Option<tokio::sync::OwnedSemaphorePermit>,
+        woken: Woken,
     },
+}
+
+/// Runs once, when dropped: tells the region that a woken entity recovered or will not, so that
+/// its place goes to the next one. Dropped, not called, so that no path (a full mailbox, a
+/// stopping shard, an aborted task) can keep a place for good.
+pub(crate) struct Woken(Option<Box<dyn FnOnce() + Send>>);
+
+impl Woken {
+    pub fn new(done: impl FnOnce() + Send + 'static) -> Self {
+        Woken(Some(Box::new(done)))
+    }
+}
+
+impl Drop for Woken {
+    fn drop(&mut self) {
+        if let Some(done) = self.0.take() {
+            done();
+        }
+    }
 }
 
 pub(crate) struct Envelope<E: Entity> {

@@ -174,12 +174,14 @@ impl<M> RegionEngine<M> {
             }
             Hosted::Active(e) if e < home.epoch => {
                 s.hosted = Hosted::Active(home.epoch);
+                self.remembering.raise(shard, home.epoch);
                 self.commands.push_back(RegionCommand::RaiseEpoch { shard, from: e, to: home.epoch });
             }
             Hosted::No if home.owner == me => {
                 s.hosted = Hosted::Active(home.epoch);
                 let handover = s.handover_in.take().filter(|(e, _)| *e == home.epoch).map(|(_, d)| d);
                 self.commands.push_back(RegionCommand::StartShard { shard, epoch: home.epoch, handover });
+                self.claim(shard, home.epoch);
             }
             _ => {}
         }

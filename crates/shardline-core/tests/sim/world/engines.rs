@@ -140,6 +140,9 @@ impl World {
             // This world's regions run without sweeps (the default): entities here are messages
             // and their ledger, not tasks that linger.
             RegionCommand::SweepLingering | RegionCommand::PassivateIdle { .. } => {}
+            RegionCommand::ClaimShard { shard, epoch } => self.ask_journal(id, shard, epoch, false),
+            RegionCommand::ReadRemembered { shard, epoch } => self.ask_journal(id, shard, epoch, true),
+            RegionCommand::WakeEntity { shard, epoch, id: entity } => self.wake(id, shard, epoch, &entity),
         }
     }
 

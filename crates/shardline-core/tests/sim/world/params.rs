@@ -22,6 +22,9 @@ pub struct Params {
     /// A leader that loses leadership keeps coordinating until its lease deadline or until a
     /// shard map write of its is refused for a newer term (schedules with a store only).
     pub stale_leaders: bool,
+    /// The type is journaled and remembers its entities: each started shard is claimed, its
+    /// entities read and woken at a pace, from a journal that sometimes cannot answer.
+    pub remember: bool,
 }
 
 impl Params {
@@ -42,13 +45,21 @@ impl Params {
             broken_hand_off: false,
             broken_reachability: false,
             stale_leaders: false,
+            remember: false,
         }
         .with_stale_leaders(&mut r)
+        .with_remember(&mut r)
     }
 
     fn with_stale_leaders(mut self, r: &mut Rng) -> Self {
         // Drawn last, so that the draws above (and older seeds' schedules) stay as they were.
         self.stale_leaders = self.with_store && r.chance(0.5);
+        self
+    }
+
+    fn with_remember(mut self, r: &mut Rng) -> Self {
+        // Drawn after the stale leaders, for the same reason.
+        self.remember = r.chance(0.5);
         self
     }
 }

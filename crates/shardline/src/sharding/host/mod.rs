@@ -18,7 +18,7 @@ use super::claim::ShardClaim;
 use super::entity::{Entity, EntityContext, Registry};
 use super::refusal::{refuse, Refusal};
 use super::settings::Persistence;
-use crate::sharding::envelope::{Body, Envelope};
+use crate::sharding::envelope::{Body, Envelope, Woken};
 use crate::sharding::node::Node;
 
 /// A running entity's mailbox, as the engine holds it. The mailbox carries bodies: the task
@@ -131,15 +131,19 @@ impl<E: Entity> ShardHost<E> {
         self.lock().nudge(|m| m.tx.try_send(Body::Nudge).is_ok());
     }
 
-    /// Starts a remembered entity that is not running or in memory yet; false when the shard is
-    /// stopping (no more wakes).
-    pub fn wake(self: &Arc<Self>, id: EntityId, place: Option<tokio::sync::OwnedSemaphorePermit>) -> bool {
-        match self.lock().wake(&id) {
-            WakeDecision::Stopping => return false,
-            WakeDecision::Present => return true,
-            WakeDecision::Deliver => {}
+    /// Starts a remembered entity that is not running or in memory yet. `woken` is dropped once
+    /// it has started, or at once when it is in memory already or the shard is stopping.
+    pub fn wake(self: &Arc<Self>, id: EntityId, woken: Woken) {
+        if self.lock().wake(&id) != WakeDecision::Deliver {
+            return;
         }
-        self.try_deliver(&id, Body::Wake { place }).is_ok()
+        // A stopping shard gives the wake back, and it is dropped with its place.
+        let _ = self.try_deliver(&id, Body::Wake { woken });
+    }
+
+    /// The shard's fence in the journal, for a type that has one.
+    pub fn claim(&self) -> Option<&Arc<ShardClaim>> {
+        self.claim.as_ref()
     }
 
     /// Hands a message to its entity, starting it if needed. Never blocks. A shard that is

@@ -92,7 +92,7 @@ async fn process<E: Entity>(
             }
         }
         // The entity has started (its hook ran before its first message): the place goes back.
-        Body::Wake { place } => drop(place),
+        Body::Wake { woken } => drop(woken),
         Body::Retire | Body::Nudge => {}
     }
 }

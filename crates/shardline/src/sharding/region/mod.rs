@@ -13,8 +13,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use shardline_core::{
-    Epoch, NodeId, RegionCommand, RegionConfig, RegionEngine, RegionMessage, SendFailure, ShardId, Term, ToRegion,
-    TypeKey,
+    Epoch, NodeId, RegionCommand, RegionConfig, RegionEngine, RegionMessage, RememberPace, SendFailure, ShardId, Term,
+    ToRegion, TypeKey,
 };
 use tracing::{debug, info, warn};
 
@@ -28,10 +28,11 @@ use super::refusal::{refuse, Refusal};
 use super::settings::EntitySettings;
 use crate::driver::shared::{Carrier, Shared};
 use crate::error::Error;
-use crate::journal::JournalError;
 use crate::sharding::message::PeerMessage;
 use crate::sharding::node::Node;
 use crate::transport::SendError;
+
+mod remembered;
 
 pub(crate) struct State<E: Entity> {
     engine: RegionEngine<Envelope<E>>,
@@ -60,8 +61,6 @@ pub(crate) struct Region<E: Entity> {
     routes: Box<[LocalRoute<E>]>,
     /// A passivation sweep runs.
     passivating: AtomicBool,
-    /// Places of the remembered entities starting at once on this node, across its shards.
-    remembering: Arc<tokio::sync::Semaphore>,
 }
 
 /// What the node needs from a region of any type.
@@ -109,9 +108,14 @@ impl<E: Entity> Region<E> {
         rc.hosting = !proxy;
         rc.linger_sweep_ms = Some(shardline_core::host::LINGER_MS);
         rc.passivate_after_ms = settings.passivate_after.map(|d| d.as_millis().min(u128::from(u64::MAX)) as u64);
+        rc.journaled = settings.journal.is_some();
+        rc.remember = settings
+            .persistence
+            .remember
+            .filter(|_| rc.journaled)
+            .map(|per_second| RememberPace { per_second, at_once: settings.persistence.remember_at_once });
         let me = node.id().clone();
         let shards = settings.shards;
-        let remember_at_once = settings.persistence.remember_at_once;
         let env = Arc::new(HostEnv {
             node: node.clone(),
             registry: Arc::new(node.clone()),
@@ -134,7 +138,6 @@ impl<E: Entity> Region<E> {
             }),
             routes: (0..shards).map(|_| RwLock::new(None)).collect(),
             passivating: AtomicBool::new(false),
-            remembering: Arc::new(tokio::sync::Semaphore::new(remember_at_once)),
         });
         Shared::start(&region);
         region
@@ -233,18 +236,7 @@ impl<E: Entity> Region<E> {
                     .journal
                     .as_ref()
                     .map(|j| ShardClaim::new(j.0.clone(), &self.settings.type_key, shard));
-                let host = ShardHost::new(shard, epoch, self.env.clone(), claim.clone());
-                if let Some(claim) = claim {
-                    // Claimed at once (one raise), awaited by the first entity that uses
-                    // the journal; remembered entities restart once it is claimed.
-                    let remember = self.settings.persistence.remember.map(|r| (r, self.remembering.clone()));
-                    let (me, host) = (self.clone(), host.clone());
-                    tokio::spawn(async move {
-                        if claim_and_restart(&me.node, host, claim, epoch, remember).await.is_err() {
-                            me.input(|e, now| e.handle_claim_refused(now, shard, epoch));
-                        }
-                    });
-                }
+                let host = ShardHost::new(shard, epoch, self.env.clone(), claim);
                 let restored = handover.map(|d| host.restore(&d)).unwrap_or(0);
                 info!(type_key = %self.type_key, %shard, %epoch, restored, "shard started");
                 self.node.ownership_log(&self.type_key, shard, epoch, true);
@@ -315,6 +307,9 @@ impl<E: Entity> Region<E> {
                     me.passivating.store(false, Ordering::Release);
                 });
             }
+            RegionCommand::ClaimShard { shard, epoch } => self.claim_shard(st, shard, epoch),
+            RegionCommand::ReadRemembered { shard, epoch } => self.read_remembered(st, shard, epoch),
+            RegionCommand::WakeEntity { shard, epoch, id } => self.wake_entity(st, shard, epoch, id, now),
             RegionCommand::Reject { msg, reason, .. } => {
                 // A `tell` has no reply to carry the refusal: its caller gets it (`send_in`).
                 if matches!(msg.body, Body::Typed { reply: None, .. }) {
@@ -422,48 +417,6 @@ fn from_wire<E: Entity>(msg: RegionMessage<WireEnvelope>, owe: Option<&Node>) ->
         RegionMessage::Flush { shard, token } => RegionMessage::Flush { shard, token },
         RegionMessage::FlushAck { shard, token } => RegionMessage::FlushAck { shard, token },
     }
-}
-
-/// Claims a started shard in the journal, then starts its remembered entities (when the type
-/// remembers them), at most `per_second` per second and only while the node has a place for one
-/// more to start (`places`: each holds one until its entity has recovered); stops early when the
-/// shard stops. `Err` when the journal refused the claim: a newer fence stands.
-async fn claim_and_restart<E: Entity>(
-    node: &Node,
-    host: Arc<ShardHost<E>>,
-    claim: Arc<ShardClaim>,
-    epoch: Epoch,
-    remember: Option<(u32, Arc<tokio::sync::Semaphore>)>,
-) -> Result<(), Epoch> {
-    if let Err(e) = claim.ensure(epoch).await {
-        warn!(shard = %host.shard, %epoch, error = %e, "cannot claim the shard in the journal");
-        if let JournalError::Fenced { stored: Some(stored), .. } = e {
-            // The membership decides whether this term is one its cluster never reached.
-            node.fenced_above(stored.term);
-            return Err(stored);
-        }
-        return Ok(());
-    }
-    let Some((per_second, places)) = remember else { return Ok(()) };
-    let ids = match claim.journal().remembered(claim.type_key(), host.shard).await {
-        Ok(ids) => ids,
-        Err(e) => {
-            warn!(shard = %host.shard, error = %e, "remembered entities cannot be read");
-            return Ok(());
-        }
-    };
-    let pause = Duration::from_secs(1) / per_second.max(1);
-    let n = ids.len();
-    for id in ids {
-        // Never closed: the region owns the semaphore for its whole life.
-        let Ok(place) = places.clone().acquire_owned().await else { return Ok(()) };
-        if !host.wake(shardline_core::EntityId::new(id), Some(place)) {
-            return Ok(());
-        }
-        tokio::time::sleep(pause).await;
-    }
-    debug!(shard = %host.shard, restarted = n, "remembered entities restarted");
-    Ok(())
 }
 
 impl<E: Entity> Carrier for Region<E> {
