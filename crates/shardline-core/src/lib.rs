@@ -56,7 +56,7 @@ pub use allocation::{
 pub use coordinator::{
     AssignError, CoordinatorCommand, CoordinatorConfig, CoordinatorEngine, MapLoadError, MapWriteError,
 };
-pub use departure::{Departure, DepartureStep, StopReason};
+pub use departure::{Closing, Departure, DepartureStep, StopReason};
 pub use engine::Engine;
 pub use events::{DomainEvent, RebalanceReason};
 pub use id::{shard_of, EntityId, NodeId, ShardId, TypeKey};

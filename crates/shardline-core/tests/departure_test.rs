@@ -1,7 +1,7 @@
 //! A graceful leave's decisions: wait while someone can take the shards, stop them here when no
 //! other member may host them or no leader has coordinated for a while.
 
-use shardline_core::{Departure, DepartureStep, Member, MemberStatus, MembershipView, NodeId, StopReason};
+use shardline_core::{Closing, Departure, DepartureStep, Member, MemberStatus, MembershipView, NodeId, StopReason};
 
 fn view(leader: Option<&str>, others: &[(&str, MemberStatus)]) -> MembershipView {
     let mut v = MembershipView::new();
@@ -71,4 +71,45 @@ fn a_joining_member_is_waited_for_as_long_as_a_leader() {
     assert_eq!(d.step(4_999, &joining, &me, true), DepartureStep::Wait);
     let stop = DepartureStep::StopHere { reason: StopReason::NoSuccessor, first: true };
     assert_eq!(d.step(5_000, &joining, &me, true), stop);
+}
+
+/// The closing goes in order: what waited for shards stopped here is refused, the drains are
+/// started and waited for, the goodbye is said and given time to spread, then the node closes.
+#[test]
+fn the_closing_refuses_flushes_waits_for_the_drains_says_goodbye_then_closes() {
+    let me = NodeId::new("me", 1);
+    let alone = view(None, &[]);
+    let mut d = Departure::new(5_000).until(10_000);
+    assert!(matches!(d.step(0, &alone, &me, true), DepartureStep::StopHere { .. }));
+    assert_eq!(d.step(20, &alone, &me, false), DepartureStep::Done);
+    assert_eq!(d.close_step(20, false), Closing::RefuseWaiting);
+    assert_eq!(d.close_step(20, false), Closing::Flush);
+    assert_eq!(d.close_step(40, false), Closing::Wait, "the drains are not confirmed");
+    assert_eq!(d.close_step(60, true), Closing::Exit);
+    assert_eq!(d.close_step(60 + d.goodbye_ms - 1, true), Closing::Wait, "the goodbye spreads");
+    assert_eq!(d.close_step(60 + d.goodbye_ms, true), Closing::Close);
+}
+
+/// A leave that handed every shard over refuses nothing: its buffers went with the hand-offs.
+#[test]
+fn a_leave_that_handed_off_goes_straight_to_the_drains() {
+    let mut d = Departure::new(5_000);
+    assert_eq!(d.close_step(0, true), Closing::Flush);
+    assert_eq!(d.close_step(0, true), Closing::Exit);
+}
+
+/// At the deadline, hand-offs still under way fail the leave; drains not yet confirmed are not
+/// waited for any longer.
+#[test]
+fn the_deadline_fails_a_hand_off_and_ends_the_wait_for_drains() {
+    let me = NodeId::new("me", 1);
+    let v = view(Some("b"), &[("b", MemberStatus::Up)]);
+    let mut d = Departure::new(5_000).until(1_000);
+    assert_eq!(d.step(1_000, &v, &me, true), DepartureStep::Wait);
+    assert_eq!(d.step(1_001, &v, &me, true), DepartureStep::TimedOut);
+    let mut d = Departure::new(5_000).until(1_000);
+    assert_eq!(d.step(0, &v, &me, false), DepartureStep::Done);
+    assert_eq!(d.close_step(0, false), Closing::Flush);
+    assert_eq!(d.close_step(999, false), Closing::Wait);
+    assert_eq!(d.close_step(1_000, false), Closing::Exit);
 }

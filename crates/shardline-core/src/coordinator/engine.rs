@@ -27,6 +27,10 @@ pub struct CoordinatorConfig {
     pub resend_interval_ms: u64,
     /// How often the strategy is asked for a plan when nothing else triggers it (default 10 s).
     pub rebalance_interval_ms: u64,
+    /// How long one read or write of the stored map may take before it counts as unavailable
+    /// (`MapLoadError::Unavailable`, `MapWriteError::Unavailable`) and is tried again (default
+    /// 3 s).
+    pub store_call_limit_ms: u64,
     /// Breaks the protocol: completes a hand-off without waiting for `ShardStopped`. Exists so
     /// the simulation can prove it catches such a bug.
     #[cfg(feature = "fault-injection")]
@@ -46,6 +50,7 @@ impl CoordinatorConfig {
             hand_off_timeout_ms: 10_000,
             resend_interval_ms: 1_000,
             rebalance_interval_ms: 10_000,
+            store_call_limit_ms: 3_000,
             #[cfg(feature = "fault-injection")]
             fault_skip_wait_for_shard_stopped: false,
             #[cfg(feature = "fault-injection")]

@@ -32,11 +32,18 @@ pub struct HostConfig {
 /// and two of these after its last message before its state goes back to the map.
 pub const LINGER_MS: u64 = 50;
 
+/// How often a message held for its node's lease looks at the lease again.
+const UNLEASED_RECHECK_MS: u64 = 20;
+
 /// What a message does when its node may not host at the moment it is to be processed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unleased {
-    /// Wait: the node's lease was never granted, and it has not waited long yet.
-    Wait,
+    /// Wait, and ask again after `again_ms`: the node's lease was never granted, and it has not
+    /// waited long yet. The lease says nothing when it is granted, so it is looked at again.
+    Wait {
+        /// When to ask again: soon, and never past the end of the hold.
+        again_ms: u64,
+    },
     /// Refuse it, as not processed: the lease ran out (a newer owner may exist), or it waited
     /// long enough.
     Refuse,
@@ -55,7 +62,8 @@ impl HostConfig {
     /// use shardline_core::host::{HostConfig, Unleased};
     ///
     /// let config = HostConfig::new(16);
-    /// assert_eq!(config.unleased(false, 100), Unleased::Wait, "just joined: wait for the grant");
+    /// assert_eq!(config.unleased(false, 100), Unleased::Wait { again_ms: 20 }, "just joined: wait for the grant");
+    /// assert_eq!(config.unleased(false, 2_990), Unleased::Wait { again_ms: 10 }, "not past the hold");
     /// assert_eq!(config.unleased(false, 3_000), Unleased::Refuse, "waited long enough");
     /// assert_eq!(config.unleased(true, 0), Unleased::Refuse, "ran out: a newer owner may exist");
     /// ```
@@ -63,7 +71,7 @@ impl HostConfig {
         if granted || held_ms >= self.hold_unleased_ms {
             Unleased::Refuse
         } else {
-            Unleased::Wait
+            Unleased::Wait { again_ms: UNLEASED_RECHECK_MS.min(self.hold_unleased_ms - held_ms) }
         }
     }
 

@@ -19,9 +19,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use shardline_core::{Departure, DepartureStep, DomainEvent, NodeId, TypeKey};
+use shardline_core::{Closing, Departure, DepartureStep, DomainEvent, NodeId, TypeKey};
 use tokio::sync::{broadcast, mpsc, watch};
-use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::entity::{Entities, Entity, EntityHandle, EntitySettings};
@@ -70,6 +69,8 @@ pub(crate) enum Leave {
 /// shards itself (a leader is normally there at once; none means every other member is
 /// unreachable or the store is down).
 const LEADERLESS_LEAVE: Duration = Duration::from_secs(5);
+/// How often a leave looks again at what it waits for.
+const LEAVE_POLL: Duration = Duration::from_millis(20);
 
 /// A running node of the cluster. Cheap to clone.
 #[derive(Clone)]
@@ -341,14 +342,16 @@ impl Cluster {
     async fn leave_steps(&self, timeout: Duration) -> Result<(), Error> {
         info!(node = %self.inner.node.id(), "leaving the cluster");
         self.inner.control.leave();
-        let deadline = Instant::now() + timeout;
-        let mut departure = Departure::new(LEADERLESS_LEAVE.as_millis() as u64);
+        let timeout_ms = timeout.as_millis().min(u128::from(u64::MAX)) as u64;
+        let mut departure =
+            Departure::new(LEADERLESS_LEAVE.as_millis() as u64).until(self.now_ms().saturating_add(timeout_ms));
+        // The hand-offs, or the shards stopped here when nobody can take them.
         loop {
             let hosting: Vec<_> = self.regions().into_iter().filter(|r| !r.hosted().is_empty()).collect();
             let step = departure.step(self.now_ms(), &self.view().view, self.inner.node.id(), !hosting.is_empty());
             match step {
                 DepartureStep::Done => break,
-                _ if Instant::now() > deadline => return Err(Error::Timeout(timeout)),
+                DepartureStep::TimedOut => return Err(Error::Timeout(timeout)),
                 DepartureStep::Wait => {}
                 DepartureStep::StopHere { reason, first } => {
                     if first {
@@ -363,23 +366,29 @@ impl Cluster {
                     }
                 }
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(LEAVE_POLL).await;
         }
-        if departure.stopped_alone() {
-            // Messages for this node's shards that arrived while they stopped have nowhere to go.
-            for r in self.regions() {
-                r.on_left();
+        // The closing, in the order the departure gives.
+        loop {
+            let settled = self.regions().iter().all(|r| r.is_settled());
+            match departure.close_step(self.now_ms(), settled) {
+                Closing::RefuseWaiting => {
+                    // Messages for this node's shards that arrived while they stopped have
+                    // nowhere to go.
+                    for r in self.regions() {
+                        r.on_left();
+                    }
+                }
+                Closing::Flush => {
+                    for r in self.regions() {
+                        r.flush_all();
+                    }
+                }
+                Closing::Wait => tokio::time::sleep(LEAVE_POLL).await,
+                Closing::Exit => self.inner.control.exit(),
+                Closing::Close => break,
             }
         }
-        for r in self.regions() {
-            r.flush_all();
-        }
-        while !self.regions().iter().all(|r| r.is_settled()) && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        self.inner.control.exit();
-        // Let the last gossip carry the exit out.
-        tokio::time::sleep(Duration::from_millis(600)).await;
         for r in self.regions() {
             r.clone().on_left();
             // Refuse what callers still send here, as not processed, instead of buffering it.

@@ -53,6 +53,8 @@ struct MapStore {
     write: watch::Sender<ToWrite>,
     /// Its receiver, until the writer task takes it (once the map is loaded).
     written: Mutex<Option<watch::Receiver<ToWrite>>>,
+    /// How long one store call may take ([`CoordinatorConfig::store_call_limit_ms`]).
+    limit: Duration,
 }
 
 fn strategy(kind: &StrategyKind, limit: Option<RoundLimit>) -> Box<dyn AllocationStrategy> {
@@ -85,6 +87,7 @@ impl Coordinator {
         config.rebalance_interval_ms = settings.rebalance_interval.as_millis() as u64;
         config.resend_interval_ms = 500;
         let strategy = strategy(&settings.strategy, settings.rebalance_limit);
+        let limit = Duration::from_millis(config.store_call_limit_ms);
         let me = node.id().clone();
         let engine = match &maps {
             Some(_) => CoordinatorEngine::loading(config, me, term, strategy, view.clone()),
@@ -99,7 +102,7 @@ impl Coordinator {
         };
         let store = maps.map(|maps| {
             let (write, written) = watch::channel(None);
-            MapStore { maps, write, written: Mutex::new(Some(written)) }
+            MapStore { maps, write, written: Mutex::new(Some(written)), limit }
         });
         let c = Arc::new(Coordinator {
             type_key: TypeKey::new(&settings.type_key),
@@ -258,13 +261,13 @@ impl Carrier for Coordinator {
     }
 }
 
-/// How long one store call of the coordinator may take.
-const STORE_CALL_LIMIT: Duration = Duration::from_secs(3);
-
 /// Reads the stored map for the engine (`LoadShardMap`). Once it is read, the writer task starts.
 async fn load(c: Weak<Coordinator>, maps: ShardMaps) {
-    let Some(type_key) = c.upgrade().map(|co| co.type_key.to_string()) else { return };
-    let loaded = match tokio::time::timeout(STORE_CALL_LIMIT, maps.load(&type_key)).await {
+    let Some((type_key, limit)) = c.upgrade().and_then(|co| Some((co.type_key.to_string(), co.store.as_ref()?.limit)))
+    else {
+        return;
+    };
+    let loaded = match tokio::time::timeout(limit, maps.load(&type_key)).await {
         Ok(Ok(loaded)) => {
             if let Some(l) = &loaded {
                 info!(%type_key, term = l.term, version = l.map.version(), shards = l.map.num_shards(),
@@ -295,7 +298,7 @@ async fn load(c: Weak<Coordinator>, maps: ShardMaps) {
             _ => 0,
         };
         if let Some(written) = store.written.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            tokio::spawn(write(Arc::downgrade(&co), maps, written, revision));
+            tokio::spawn(write(Arc::downgrade(&co), maps, written, revision, limit));
         }
     }
     co.input(|e, now| e.handle_map_loaded(now, loaded.map(|l| l.map(|l| l.map))));
@@ -303,7 +306,13 @@ async fn load(c: Weak<Coordinator>, maps: ShardMaps) {
 
 /// Stores the newest map the engine hands out (`PersistShardMap`), and tells it the outcome.
 /// `revision`: the key's, as this coordinator last saw it (the next compare-and-set's).
-async fn write(c: Weak<Coordinator>, maps: ShardMaps, mut written: watch::Receiver<ToWrite>, mut revision: Revision) {
+async fn write(
+    c: Weak<Coordinator>,
+    maps: ShardMaps,
+    mut written: watch::Receiver<ToWrite>,
+    mut revision: Revision,
+    limit: Duration,
+) {
     while written.changed().await.is_ok() {
         let Some((version, map)) = written.borrow_and_update().clone() else { continue };
         let Some(co) = c.upgrade() else { return };
@@ -313,7 +322,7 @@ async fn write(c: Weak<Coordinator>, maps: ShardMaps, mut written: watch::Receiv
         }
         let (type_key, term) = (co.type_key.to_string(), co.term);
         drop(co);
-        let outcome = match tokio::time::timeout(STORE_CALL_LIMIT, maps.save(&type_key, term, &map, revision)).await {
+        let outcome = match tokio::time::timeout(limit, maps.save(&type_key, term, &map, revision)).await {
             Ok(Ok(stored_at)) => {
                 debug!(%type_key, version, "shard map stored");
                 revision = stored_at;

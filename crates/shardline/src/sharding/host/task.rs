@@ -46,8 +46,7 @@ async fn may_host(node: &Node, config: &HostConfig) -> bool {
         let held = node.now_ms().saturating_sub(began);
         match config.unleased(node.lease_granted(), held) {
             Unleased::Refuse => return false,
-            // The lease says nothing when it is granted: it is looked at again shortly.
-            Unleased::Wait => tokio::time::sleep(Duration::from_millis(20)).await,
+            Unleased::Wait { again_ms } => tokio::time::sleep(Duration::from_millis(again_ms)).await,
         }
     }
     true
