@@ -91,6 +91,26 @@ pub enum Command {
         #[arg(long)]
         bind: String,
     },
+    /// (internal) One floor of the ask benches in a process of its own: `local` (a task per
+    /// entity behind a channel) or `remote` (callers multiplexed over one connection to an echo
+    /// server). Prints its rate as JSON.
+    #[command(hide = true)]
+    Floor {
+        /// `local` or `remote`.
+        kind: String,
+        /// The echo server (remote).
+        #[arg(long)]
+        addr: Option<String>,
+        /// Concurrent callers.
+        #[arg(long, default_value_t = 64)]
+        callers: u64,
+        /// Entities (local).
+        #[arg(long, default_value_t = 1_000)]
+        entities: u64,
+        /// How long to run.
+        #[arg(long, default_value_t = 2_000)]
+        duration_ms: u64,
+    },
 }
 
 /// How the admin commands reach the cluster.

@@ -8,13 +8,14 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use shardline::{Cluster, EntityHandle, EntityRef, EntitySettings, StrategyKind};
 use shardline_cli::membership::MembershipSpec;
-use tokio::sync::{mpsc, oneshot};
 
 use crate::args::BenchArgs;
 use crate::false_downs::FalseDowns;
-use crate::floors::{Multiplexed, PingPong, PAYLOAD};
-use crate::load::{percentiles, probe_ids, shards_per_node, HomeMonitor, Latency};
+use crate::floors::{LocalFloor, Multiplexed, PingPong, PAYLOAD};
+use crate::load::{probe_ids, shards_per_node, HomeMonitor};
+use crate::paired::{drive, Paired, SLICE};
 use crate::procs::{free_port, journal_flags, work_dir, NodeProc, RunCerts};
+use crate::standalone;
 use shardline_cli::{register_accounts, AccountCmd, Accounts, Echo};
 
 /// Runs a scenario; returns the exit code.
@@ -52,132 +53,6 @@ pub async fn run(args: BenchArgs) -> i32 {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Closed-loop load: `workers` callers for `d`; returns (ops/s, latency).
-async fn drive<S, F, Fut>(workers: u64, d: Duration, state: S, call: F) -> (f64, Latency)
-where
-    S: Clone + Send + 'static,
-    F: Fn(S, u64, u64) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = (S, bool)> + Send,
-{
-    let (ops, mut lat) = drive_raw(workers, d, state, Arc::new(call)).await;
-    (ops, percentiles(&mut lat))
-}
-
-/// Like [`drive`], with every latency sample (microseconds).
-///
-/// Each caller owns a clone of `state`, which it lends to each call and gets back with the call's
-/// success: a call clones nothing shared and the callers share no counter, since an atomic every
-/// caller bumps on every call costs more than some of what is measured.
-async fn drive_raw<S, F, Fut>(workers: u64, d: Duration, state: S, call: Arc<F>) -> (f64, Vec<u32>)
-where
-    S: Clone + Send + 'static,
-    F: Fn(S, u64, u64) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = (S, bool)> + Send,
-{
-    let stop = Arc::new(AtomicBool::new(false));
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for w in 0..workers {
-        let (call, stop, mut state) = (call.clone(), stop.clone(), state.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::new();
-            let mut rng = (w + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            while !stop.load(Ordering::Relaxed) {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                let t = Instant::now();
-                let (back, ok) = call(state, w, rng).await;
-                state = back;
-                if ok {
-                    lat.push(t.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
-                }
-            }
-            lat
-        }));
-    }
-    tokio::time::sleep(d).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut lat = Vec::new();
-    for t in tasks {
-        if let Ok(l) = t.await {
-            lat.extend(l);
-        }
-    }
-    let ops = lat.len() as f64 / start.elapsed().as_secs_f64();
-    (ops, lat)
-}
-
-/// How long each slice of a [`paired`] measurement lasts.
-pub(crate) const SLICE: Duration = Duration::from_millis(500);
-
-/// The runtime and its floor measured in alternating slices, so that both see the same machine:
-/// on these machines the speed of both drifts by 2x from one second to the next, and a ratio of
-/// two runs measured seconds apart reads that drift as much as the runtime.
-pub(crate) struct Paired {
-    /// Medians of the slices' rates.
-    pub(crate) ops: f64,
-    pub(crate) floor_ops: f64,
-    /// Over every sample of every slice.
-    pub(crate) lat: Latency,
-    pub(crate) floor_lat: Latency,
-    /// Runtime over floor, slice by slice (each pair of neighbouring slices), and their median.
-    pub(crate) ratios: Vec<f64>,
-    pub(crate) ratio: f64,
-}
-
-impl Paired {
-    /// Medians of the slices' rates for a duration of `d` per side (at least two slices each);
-    /// which side goes first alternates from round to round.
-    pub(crate) async fn run<S, F, Fut, T, G, Gut>(workers: u64, d: Duration, runtime: (S, F), floor: (T, G)) -> Paired
-    where
-        S: Clone + Send + 'static,
-        F: Fn(S, u64, u64) -> Fut + Send + Sync + 'static,
-        Fut: std::future::Future<Output = (S, bool)> + Send,
-        T: Clone + Send + 'static,
-        G: Fn(T, u64, u64) -> Gut + Send + Sync + 'static,
-        Gut: std::future::Future<Output = (T, bool)> + Send,
-    {
-        let rounds = (d.as_millis() / SLICE.as_millis()).max(2) as usize;
-        let (rs, rf) = (runtime.0, Arc::new(runtime.1));
-        let (fs, ff) = (floor.0, Arc::new(floor.1));
-        let (mut ops, mut floor_ops, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut lat, mut floor_lat) = (Vec::new(), Vec::new());
-        for round in 0..rounds {
-            let (a, b) = if round % 2 == 0 {
-                let a = drive_raw(workers, SLICE, rs.clone(), rf.clone()).await;
-                (a, drive_raw(workers, SLICE, fs.clone(), ff.clone()).await)
-            } else {
-                let b = drive_raw(workers, SLICE, fs.clone(), ff.clone()).await;
-                (drive_raw(workers, SLICE, rs.clone(), rf.clone()).await, b)
-            };
-            ratios.push(a.0 / b.0.max(1.0));
-            ops.push(a.0);
-            floor_ops.push(b.0);
-            lat.extend(a.1);
-            floor_lat.extend(b.1);
-        }
-        Paired {
-            ops: median(&ops),
-            floor_ops: median(&floor_ops),
-            lat: percentiles(&mut lat),
-            floor_lat: percentiles(&mut floor_lat),
-            ratio: median(&ratios),
-            ratios,
-        }
-    }
-}
-
-fn median(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 /// References to `n` echo entities, each asked once so that they exist.
 async fn started_echoes(echo: &EntityHandle<Echo>, n: u64) -> Result<Arc<Vec<EntityRef<Echo>>>, BoxError> {
     let refs: Vec<EntityRef<Echo>> = (0..n).map(|i| echo.entity_ref(format!("e{i}"))).collect();
@@ -186,9 +61,6 @@ async fn started_echoes(echo: &EntityHandle<Echo>, n: u64) -> Result<Arc<Vec<Ent
     }
     Ok(Arc::new(refs))
 }
-
-/// The local floor's entity: a task behind a channel, replying on a oneshot.
-type FloorMailbox = mpsc::Sender<(u64, oneshot::Sender<u64>)>;
 
 /// One caller's ask of a random echo entity.
 async fn ask_echo(refs: Arc<Vec<EntityRef<Echo>>>, _: u64, rng: u64) -> (Arc<Vec<EntityRef<Echo>>>, bool) {
@@ -202,32 +74,17 @@ async fn local_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let cluster = Cluster::builder().cluster_name("bench-local").build().await?;
     let echo: EntityHandle<Echo> = cluster.register::<Echo>(EntitySettings::new("echo").shards(1024)).await?;
     let refs = started_echoes(&echo, n).await?;
-    // Baseline: one task per entity behind an mpsc channel, replies on a oneshot.
-    let mut senders = Vec::new();
-    for _ in 0..n {
-        let (tx, mut rx): (FloorMailbox, _) = mpsc::channel(1024);
-        tokio::spawn(async move {
-            let mut count = 0u64;
-            while let Some((m, reply)) = rx.recv().await {
-                // The same work as the Echo entity: count, answer with the message.
-                count = std::hint::black_box(count + 1);
-                let _ = reply.send(m);
-            }
-        });
-        senders.push(tx);
-    }
-    let senders = Arc::new(senders);
-    let p = Paired::run(
+    let floor = LocalFloor::start(n);
+    let paired = Paired::run(
         args.concurrency,
         d,
         (refs, ask_echo),
-        (senders, move |senders: Arc<Vec<FloorMailbox>>, _, rng| async move {
-            let (rtx, rrx) = oneshot::channel();
-            let ok = senders[(rng % n) as usize].send((rng, rtx)).await.is_ok() && rrx.await.is_ok();
-            (senders, ok)
+        (floor.clone(), |floor: Arc<LocalFloor>, _, rng| async move {
+            let ok = floor.call(rng).await;
+            (floor, ok)
         }),
-    )
-    .await;
+    );
+    let (p, alone) = standalone::around("local", None, args.concurrency, n, standalone_slice(d), paired).await?;
     Ok(json!({
         "scenario": "local-ask",
         "concurrency": args.concurrency,
@@ -240,7 +97,15 @@ async fn local_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
         "ratio": p.ratio,
         "slice_ms": SLICE.as_millis() as u64,
         "slice_ratios": p.ratios,
+        "standalone_baseline_ops_per_s": alone,
+        "standalone_ratio": p.ops / alone.max(1.0),
+        "in_process_over_standalone_baseline": p.floor_ops / alone.max(1.0),
     }))
+}
+
+/// How long a standalone floor runs on each side of a paired run of `d`.
+fn standalone_slice(d: Duration) -> Duration {
+    (d / 2).max(Duration::from_secs(1))
 }
 
 /// Starts `count` node processes (with `extra` flags) and a proxy driver joined to them; waits
@@ -320,7 +185,7 @@ async fn remote_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let addr = format!("127.0.0.1:{port}");
     let measured = async {
         let mux = Arc::new(Multiplexed::connect(&addr).await?);
-        let many = Paired::run(
+        let paired = Paired::run(
             args.concurrency,
             d,
             (refs.clone(), ask_echo),
@@ -328,8 +193,9 @@ async fn remote_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
                 let ok = mux.call().await;
                 (mux, ok)
             }),
-        )
-        .await;
+        );
+        let (many, alone) =
+            standalone::around("remote", Some(&addr), args.concurrency, n, standalone_slice(d), paired).await?;
         let pp = Arc::new(PingPong::connect(&addr, args.concurrency).await?);
         let pingpong = |pp: Arc<PingPong>, w, _| async move {
             let ok = pp.call(w).await;
@@ -337,12 +203,12 @@ async fn remote_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
         };
         let (pp_ops, pp_lat) = drive(args.concurrency, d, pp.clone(), pingpong).await;
         let single = Paired::run(1, Duration::from_secs(2), (refs, ask_echo), (pp, pingpong)).await;
-        Ok::<_, BoxError>((many, pp_ops, pp_lat, single))
+        Ok::<_, BoxError>((many, alone, pp_ops, pp_lat, single))
     }
     .await;
     let _ = server.kill();
     let _ = server.wait();
-    let (many, pp_ops, pp_lat, single) = measured?;
+    let (many, alone, pp_ops, pp_lat, single) = measured?;
     Ok(json!({
         "scenario": "remote-ask",
         "tls": args.tls,
@@ -363,6 +229,9 @@ async fn remote_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
         "slice_ms": SLICE.as_millis() as u64,
         "slice_ratios": many.ratios,
         "p99_ratio": many.lat.p99 / many.floor_lat.p99.max(1.0),
+        "standalone_baseline_ops_per_s": alone,
+        "standalone_ratio": many.ops / alone.max(1.0),
+        "in_process_over_standalone_baseline": many.floor_ops / alone.max(1.0),
         "pingpong_baseline": "bare loopback TCP echo, one connection per caller in ping-pong",
         "pingpong_ops_per_s": pp_ops,
         "pingpong_latency_us": pp_lat,

@@ -14,8 +14,8 @@ use shardline_cli::store::{self, StoreSpec};
 use shardline_cli::{account_settings, register_memory_accounts, Account, AccountCmd, MemoryAccount};
 
 use crate::args::BenchArgs;
-use crate::bench::{Paired, SLICE};
 use crate::journal_bench::{cleanup, durability};
+use crate::paired::{Paired, SLICE};
 use crate::procs::work_dir;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

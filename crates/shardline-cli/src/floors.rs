@@ -1,5 +1,6 @@
-//! The physical floors the remote-ask bench compares against: a bare TCP echo server in another
-//! process, and two bare clients of it.
+//! The physical floors the ask benches compare against: for local asks, a task per entity behind
+//! a channel ([`LocalFloor`]); for remote asks, a bare TCP echo server in another process, and two
+//! bare clients of it.
 //!
 //! The strongest floor is the bare version of what the runtime itself does: every caller shares
 //! one connection, each request carries an id, one writer task coalesces whatever requests are
@@ -37,6 +38,38 @@ async fn connect(addr: &str) -> Result<TcpStream, BoxError> {
             }
             Err(e) => return Err(e.into()),
         }
+    }
+}
+
+/// The local floor: one task per entity behind a bounded channel, answering on a oneshot, doing
+/// the `Echo` entity's work (count, answer with the message).
+pub struct LocalFloor {
+    mailboxes: Vec<mpsc::Sender<(u64, oneshot::Sender<u64>)>>,
+}
+
+impl LocalFloor {
+    /// `n` entities' tasks, started.
+    pub fn start(n: u64) -> Arc<LocalFloor> {
+        let mut mailboxes = Vec::new();
+        for _ in 0..n.max(1) {
+            let (tx, mut rx) = mpsc::channel::<(u64, oneshot::Sender<u64>)>(1024);
+            tokio::spawn(async move {
+                let mut count = 0u64;
+                while let Some((m, reply)) = rx.recv().await {
+                    count = std::hint::black_box(count + 1);
+                    let _ = reply.send(m);
+                }
+            });
+            mailboxes.push(tx);
+        }
+        Arc::new(LocalFloor { mailboxes })
+    }
+
+    /// One ask of the entity `rng` picks.
+    pub async fn call(&self, rng: u64) -> bool {
+        let (tx, rx) = oneshot::channel();
+        let to = &self.mailboxes[(rng % self.mailboxes.len() as u64) as usize];
+        to.send((rng, tx)).await.is_ok() && rx.await.is_ok()
     }
 }
 

@@ -12,8 +12,10 @@ mod floors;
 mod journal_bench;
 mod load;
 mod node;
+mod paired;
 mod procs;
 mod remember_bench;
+mod standalone;
 
 use clap::Parser;
 
@@ -92,6 +94,9 @@ fn main() {
                 bench::run(a).await
             }
             args::Command::EchoServer { bind } => floors::echo_server(&bind).await,
+            args::Command::Floor { kind, addr, callers, entities, duration_ms } => {
+                standalone::run(&kind, addr.as_deref(), callers, entities, duration_ms).await
+            }
             args::Command::Certs { out, nodes, days } => {
                 match shardline::dev_certs::write_dev_certs(&out, &nodes, days) {
                     Ok(files) => {
