@@ -10,8 +10,11 @@ use rusqlite::Connection;
 use tracing::{debug, warn};
 
 /// Frames (pages) of write-ahead log past which a commit copies it into the database without
-/// waiting for anyone (SQLite's automatic checkpoint, which [`after_commit`] replaces).
-const CHECKPOINT_FRAMES: c_int = 1000;
+/// waiting for anyone (SQLite's automatic checkpoint, which [`after_commit`] replaces). 8,000
+/// (32 MiB) rather than SQLite's 1,000: appends dirty pages all over the file, and a page written
+/// many times between two checkpoints is copied back once; the demo's journaled phase ran about
+/// a fifth faster (medians of 4 alternated runs). Below the restart mark of the default options.
+const CHECKPOINT_FRAMES: c_int = 8000;
 
 thread_local! {
     /// The length of the write-ahead log after this thread's last commit, from [`after_commit`]
