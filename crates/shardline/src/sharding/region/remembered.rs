@@ -11,17 +11,24 @@ use tracing::{debug, warn};
 
 use super::{Region, State};
 use crate::journal::JournalError;
+use crate::sharding::claim::ShardClaim;
 use crate::sharding::entity::Entity;
 use crate::sharding::envelope::Woken;
 
 impl<E: Entity> Region<E> {
+    /// The journal claim of a shard hosted here. The engine asks for claims and reads only for
+    /// the shards it hosts, which all have a host, and only for a journaled type, whose hosts all
+    /// have a claim; so None is logged, not expected.
+    fn claim_of(&self, st: &State<E>, shard: ShardId) -> Option<Arc<ShardClaim>> {
+        let claim = st.hosts.get(&shard).and_then(|h| h.claim().cloned());
+        if claim.is_none() {
+            debug!(type_key = %self.type_key, %shard, "no journal claim: the shard has no host or no journal");
+        }
+        claim
+    }
+
     pub(super) fn claim_shard(self: &Arc<Self>, st: &mut State<E>, shard: ShardId, epoch: Epoch) {
-        let Some(claim) = st.hosts.get(&shard).and_then(|h| h.claim().cloned()) else {
-            // The engine claims only the shards it hosts, which all have a host, and only for a
-            // journaled type, whose hosts all have a claim.
-            debug!(type_key = %self.type_key, %shard, "no claim to raise: the shard has no host or no journal");
-            return;
-        };
+        let Some(claim) = self.claim_of(st, shard) else { return };
         let me = self.clone();
         tokio::spawn(async move {
             let outcome = match claim.ensure(epoch).await {
@@ -42,10 +49,7 @@ impl<E: Entity> Region<E> {
     }
 
     pub(super) fn read_remembered(self: &Arc<Self>, st: &mut State<E>, shard: ShardId, epoch: Epoch) {
-        let Some(claim) = st.hosts.get(&shard).and_then(|h| h.claim().cloned()) else {
-            debug!(type_key = %self.type_key, %shard, "no journal to read the remembered entities from");
-            return;
-        };
+        let Some(claim) = self.claim_of(st, shard) else { return };
         let me = self.clone();
         tokio::spawn(async move {
             let ids = match claim.journal().remembered(claim.type_key(), shard).await {
