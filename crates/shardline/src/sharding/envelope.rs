@@ -49,6 +49,11 @@ impl Woken {
     pub fn new(done: impl FnOnce() + Send + 'static) -> Self {
         Woken(Some(Box::new(done)))
     }
+
+    /// Drops it without telling: its holder tells the region itself.
+    pub fn disarm(mut self) {
+        self.0 = None;
+    }
 }
 
 impl Drop for Woken {

@@ -208,14 +208,14 @@ impl<M> RegionEngine<M> {
     fn wake_due(&mut self, now: u64) {
         let Some(pace) = self.config.remember else { return };
         let at_once = pace.at_once.max(1);
-        // Shards no longer hosted at the epoch they were read for wake nothing more.
-        let shards = &self.shards;
-        self.remembering.queues.retain(|q| {
-            !self.fenced && shards.get(q.shard.index()).is_some_and(|s| s.hosted == Hosted::Active(q.epoch))
-        });
         let mut idle = 0;
         while self.remembering.waking.len() < at_once && idle < self.remembering.queues.len() {
             let Some(mut q) = self.remembering.queues.pop_front() else { break };
+            if !self.hosts_at(q.shard, q.epoch) {
+                // No longer hosted at the epoch it was read for: it wakes nothing more. Dropped
+                // when its turn comes, not by a walk over every queue on every wake.
+                continue;
+            }
             if q.due(pace.per_second) > now {
                 idle += 1;
                 self.remembering.queues.push_back(q);

@@ -131,14 +131,18 @@ impl<E: Entity> ShardHost<E> {
         self.lock().nudge(|m| m.tx.try_send(Body::Nudge).is_ok());
     }
 
-    /// Starts a remembered entity that is not running or in memory yet. `woken` is dropped once
-    /// it has started, or at once when it is in memory already or the shard is stopping.
-    pub fn wake(self: &Arc<Self>, id: EntityId, woken: Woken) {
+    /// Starts a remembered entity that is not running or in memory yet: `woken` goes with it and
+    /// is dropped once it has started. Gives `woken` back when there is nothing to start (the
+    /// entity is in memory already, or the shard is stopping).
+    pub fn wake(self: &Arc<Self>, id: EntityId, woken: Woken) -> Result<(), Woken> {
         if self.lock().wake(&id) != WakeDecision::Deliver {
-            return;
+            return Err(woken);
         }
-        // A stopping shard gives the wake back, and it is dropped with its place.
-        let _ = self.try_deliver(&id, Body::Wake { woken });
+        match self.try_deliver(&id, Body::Wake { woken }) {
+            Err(Body::Wake { woken }) => Err(woken),
+            // Delivered, or refused with its place (a full mailbox): dropped there.
+            _ => Ok(()),
+        }
     }
 
     /// The shard's fence in the journal, for a type that has one.

@@ -81,8 +81,8 @@ impl<E: Entity> Region<E> {
         let region = Arc::downgrade(self);
         let entity = id.clone();
         let woken = Woken::new(move || {
-            // Dropped anywhere, the region's lock held included (a wake the host does not take):
-            // the engine hears of it from a task of its own.
+            // Dropped by the entity's task, or anywhere a wake is lost (a full mailbox, an aborted
+            // task), the region's lock perhaps held: the engine hears of it from a task of its own.
             let Some(region) = region.upgrade() else { return };
             let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
             runtime.spawn(async move {
@@ -90,6 +90,11 @@ impl<E: Entity> Region<E> {
                 region.input_then(|e, now| e.handle_woken(now, shard, epoch, &entity), false);
             });
         });
-        host.wake(id, woken);
+        // Nothing to start (in memory already, as after a hand-off, or the shard is stopping):
+        // the engine is told here, under the lock this command runs under.
+        if let Err(woken) = host.wake(id.clone(), woken) {
+            woken.disarm();
+            st.engine.handle_woken(now, shard, epoch, &id);
+        }
     }
 }
