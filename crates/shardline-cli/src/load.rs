@@ -463,7 +463,6 @@ impl HomeMonitor {
             let mut moved: HashSet<usize> = HashSet::new();
             let mut dirty = false;
             let mut serving: Option<Duration> = None;
-            let mut last_change = Instant::now();
             loop {
                 let homes = accounts.entities().shard_homes();
                 if homes != last {
@@ -474,11 +473,12 @@ impl HomeMonitor {
                     }
                     moved_count2.store(moved.len(), Ordering::Relaxed);
                     last = homes.clone();
-                    last_change = Instant::now();
                     dirty = true;
                 }
                 let all_homed = homes.iter().all(Option::is_some);
-                if dirty && all_homed && last_change.elapsed() > Duration::from_millis(100) {
+                // Probed at once, not after a quiet spell (which only added itself to the figure):
+                // a probe answers once its shard serves, and a change while probing probes again.
+                if dirty && all_homed {
                     // Every moved shard must answer.
                     let mut asks = Vec::new();
                     for &s in &moved {

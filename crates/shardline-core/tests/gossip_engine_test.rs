@@ -27,6 +27,35 @@ fn members_join_through_a_seed_and_agree_on_the_oldest_as_leader() {
     }
 }
 
+/// A member that joins is `Up` for everyone within a few messages of joining, not a gossip period
+/// later: while it shows `Joining`, coordinators hold every rebalance, so the delay would add
+/// itself to every scale-out.
+#[test]
+fn a_member_that_joins_is_up_everywhere_within_a_few_messages() {
+    let mut net = Net::new();
+    net.start("a", 1, &[]);
+    net.start("b", 2, &["a"]);
+    net.start("c", 3, &["a"]);
+    net.run(5_000);
+    net.start("d", 4, &["a"]);
+    let start = net.now;
+    let period = GossipConfig::without_split_brain().gossip_every_ms;
+    let up_everywhere = |net: &Net| {
+        ["a", "b", "c", "d"]
+            .iter()
+            .all(|n| net.view(n).view.members().any(|m| &*m.node.name == "d" && m.status == MemberStatus::Up))
+    };
+    while !up_everywhere(&net) && net.now < start + 10 * period {
+        let next = net.now + 1;
+        net.run(next);
+    }
+    let took = net.now - start;
+    assert!(up_everywhere(&net), "d is not up everywhere after {took} ms");
+    // Each message takes 1 ms here: an announce, its answer, then the status gossiped to every
+    // member. A periodic gossip would take up to a period.
+    assert!(took < period / 4, "d was up everywhere only after {took} ms (gossip period {period} ms)");
+}
+
 #[test]
 fn a_silent_member_is_suspected_then_down_and_the_next_oldest_leads_with_a_larger_term() {
     let mut net = Net::new();

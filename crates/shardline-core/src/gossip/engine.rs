@@ -377,6 +377,13 @@ impl GossipEngine {
                 self.joined_at.get_or_insert(now);
                 self.log(GossipEvent::Joined);
                 self.ask_for_members();
+                // An announce carries no status, so the members would hear this node's `Up` only
+                // with the next periodic gossip: until then the coordinator sees it `Joining`
+                // and holds every rebalance (up to a gossip period, 200 ms, added to each
+                // scale-out). Gossip it at once.
+                if let Err(error) = self.foca.gossip(&mut self.runtime) {
+                    self.log(GossipEvent::BadData { error: error.to_string() });
+                }
             }
             // Leaving the cluster makes foca defunct too: that is no declaration.
             OwnedNotification::Defunct if !self.declared_down && self.status != MemberStatus::Removed => {
