@@ -45,11 +45,15 @@ pub(crate) async fn connect(config: &PostgresConfig) -> Result<Client, JournalEr
     // `CREATE SCHEMA IF NOT EXISTS` is not safe against itself: node processes that start
     // together on a fresh database raced, and all but one failed on the catalog's unique index.
     // One at a time, under a lock held until the commit.
+    // `force_custom_plan`: every execution planned for its arguments and the tables as they are
+    // now. A prepared statement's generic plan, made while the tables were young, scanned every
+    // recorded reply on every batch (the `plans` test).
     client
         .batch_execute(&format!(
             "BEGIN; SELECT pg_advisory_xact_lock(hashtext('shardline-schema-{schema}'));
              CREATE SCHEMA IF NOT EXISTS {schema}; COMMIT; SET search_path TO {schema};
-             SET statement_timeout = {statement_ms}; SET idle_in_transaction_session_timeout = {statement_ms}"
+             SET statement_timeout = {statement_ms}; SET idle_in_transaction_session_timeout = {statement_ms};
+             SET plan_cache_mode = force_custom_plan"
         ))
         .await
         .map_err(db)?;

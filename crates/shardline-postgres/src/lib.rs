@@ -25,6 +25,8 @@ mod batch;
 mod bench;
 mod connection;
 mod coordination;
+#[cfg(test)]
+mod plans;
 mod schema;
 mod sql;
 mod tls;
