@@ -36,7 +36,7 @@ pub use bench::{drop_schema, durability, floor_insert};
 use connection::connect;
 pub use coordination::PostgresStore;
 use schema::migrate;
-use writer::{route, writer};
+use writer::{reader, route, writer};
 
 /// Settings of a PostgreSQL journal.
 #[derive(Clone, Debug)]
@@ -91,7 +91,9 @@ impl PostgresJournal {
             tokio::spawn(writer(config.clone(), first.take(), rx));
             writers.push(tx);
         }
-        tokio::spawn(route(rx, writers));
+        let (to_reader, reads) = mpsc::channel(4096);
+        tokio::spawn(reader(config.clone(), reads));
+        tokio::spawn(route(rx, to_reader, writers));
         Ok(journal)
     }
 }

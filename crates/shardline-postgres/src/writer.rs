@@ -37,27 +37,64 @@ async fn open_conn(config: &PostgresConfig, client: Option<Client>) -> Result<Co
     Ok(Conn { client, append, append_many })
 }
 
-/// Hands each request to a writer: those of one persistence id always to the same one (their
-/// order is kept), the rest to the first.
-pub(crate) async fn route(mut rx: mpsc::Receiver<Job>, writers: Vec<mpsc::Sender<Job>>) {
+/// Hands each request to a task: reads to the reader, writes to a writer (those of one
+/// persistence id always to the same one, so their order is kept; the rest to the first).
+///
+/// Reads have a connection of their own so that they do not wait for the writers' batches: a
+/// recovery reads three times in a row (snapshot, events, replies), and behind a writer each
+/// read waited for the batch being committed and then rode in the next. Nothing read needs a
+/// write still queued: a caller reads what it was told is written, and a write is answered
+/// only once committed.
+pub(crate) async fn route(mut rx: mpsc::Receiver<Job>, reader: mpsc::Sender<Job>, writers: Vec<mpsc::Sender<Job>>) {
     while let Some(job) = rx.recv().await {
-        let pid = match &job {
-            Job::Append(req, _) => Some(req.persistence_id.as_str()),
-            Job::Read(pid, ..)
-            | Job::LastSeq(pid, _)
-            | Job::SaveSnapshot(_, pid, ..)
-            | Job::LoadSnapshot(pid, _)
-            | Job::RecordedReply(pid, ..)
-            | Job::RecordedReplies(pid, ..) => Some(pid.as_str()),
-            Job::RaiseFence(..) | Job::Remembered(..) | Job::Forget(..) | Job::HighestTerm(_) => None,
+        let to = if read_only(&job).is_some() {
+            &reader
+        } else {
+            let pid = match &job {
+                Job::Append(req, _) => Some(req.persistence_id.as_str()),
+                Job::SaveSnapshot(_, pid, ..) => Some(pid.as_str()),
+                _ => None,
+            };
+            let i = pid.map_or(0, |p| {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                std::hash::Hash::hash(p, &mut h);
+                (std::hash::Hasher::finish(&h) % writers.len() as u64) as usize
+            });
+            &writers[i]
         };
-        let i = pid.map_or(0, |p| {
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            std::hash::Hash::hash(p, &mut h);
-            (std::hash::Hasher::finish(&h) % writers.len() as u64) as usize
-        });
-        if let Err(mpsc::error::SendError(job)) = writers[i].send(job).await {
+        if let Err(mpsc::error::SendError(job)) = to.send(job).await {
             job.fail(JournalError::Unavailable("the journal's writer stopped".into()));
+        }
+    }
+}
+
+/// The reader task: takes every read waiting and pipelines them on its connection, outside any
+/// transaction.
+pub(crate) async fn reader(config: PostgresConfig, mut rx: mpsc::Receiver<Job>) {
+    let mut client: Option<Client> = None;
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(j) => batch.push(j),
+                Err(_) => break,
+            }
+        }
+        if client.as_ref().is_none_or(Client::is_closed) {
+            client = match connect(&config).await {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    warn!(error = %e, "journal database unreachable");
+                    for job in batch {
+                        job.fail(e.clone());
+                    }
+                    continue;
+                }
+            };
+        }
+        let Some(c) = client.as_ref() else { continue };
+        for outcome in futures_util::future::join_all(batch.into_iter().map(|j| read_job(c, j))).await {
+            outcome.answer(&Ok(()));
         }
     }
 }
@@ -97,58 +134,65 @@ pub(crate) async fn writer(config: PostgresConfig, first_client: Option<Client>,
     }
 }
 
-/// Runs a batch in one transaction and answers every request once the commit's fate is known:
-/// nothing is acknowledged before it is durable.
+/// Runs a batch (the appends in one transaction, anything else in another) and answers every
+/// request once its commit's fate is known: nothing is acknowledged before it is durable.
 async fn run_batch(conn: &mut Conn, batch: Vec<Job>) -> Result<(), JournalError> {
     let Conn { client, append, append_many } = conn;
-    // Reads of entities no append of the batch touches commute with everything in it: pipeline
-    // them on the connection first (they need no commit), so that a batch mixing recoveries and
-    // appends still gets the appends' fast paths below.
-    let (reads, batch): (Vec<Job>, Vec<Job>) = {
-        let appended: HashSet<String> = batch
-            .iter()
-            .filter_map(|j| if let Job::Append(r, _) = j { Some(r.persistence_id.clone()) } else { None })
-            .collect();
-        batch.into_iter().partition(|j| read_only(j).is_some_and(|pid| pid.is_none_or(|p| !appended.contains(p))))
-    };
-    if !reads.is_empty() {
-        let client = &*client;
-        for outcome in futures_util::future::join_all(reads.into_iter().map(|j| read_job(client, j))).await {
-            outcome.answer(&Ok(()));
-        }
-    }
     if batch.is_empty() {
         return Ok(());
     }
-    if batch.len() > 1 && batch.iter().all(|j| matches!(j, Job::Append(..))) {
-        let requests: Vec<&AppendRequest> =
-            batch.iter().filter_map(|j| if let Job::Append(r, _) = j { Some(&**r) } else { None }).collect();
-        let distinct = requests.iter().map(|r| r.persistence_id.as_str()).collect::<HashSet<_>>().len();
-        let result = if distinct == requests.len() {
-            batched_appends(client, append_many, &requests).await
-        } else {
-            pipelined_appends(client, append, &requests).await
-        };
-        match result {
-            Ok((results, committed)) => {
-                for (job, result) in batch.into_iter().zip(results) {
-                    if let Job::Append(_, r) = job {
-                        Outcome::Seq(r, result).answer(&committed);
-                    }
+    // The appends take one statement whatever else waits (a shard's claim, a
+    // snapshot): before, a claim in a batch sent every append of it down the savepoint path,
+    // eight round trips or so each, and so did an append that waited alone.
+    let (appends, rest): (Vec<Job>, Vec<Job>) = batch.into_iter().partition(|j| matches!(j, Job::Append(..)));
+    let appended =
+        if appends.is_empty() { Ok(()) } else { appends_at_once(client, append, append_many, appends).await };
+    let rest = if rest.is_empty() { Ok(()) } else { one_by_one(client, rest).await };
+    appended.and(rest)
+}
+
+/// Runs appends (nothing else) in one transaction, in one statement when their entities are
+/// distinct, else one statement each, pipelined; one savepoint at a time when a statement failed.
+async fn appends_at_once(
+    client: &mut Client,
+    append: &tokio_postgres::Statement,
+    append_many: &tokio_postgres::Statement,
+    batch: Vec<Job>,
+) -> Result<(), JournalError> {
+    let requests: Vec<&AppendRequest> =
+        batch.iter().filter_map(|j| if let Job::Append(r, _) = j { Some(&**r) } else { None }).collect();
+    let distinct = requests.iter().map(|r| r.persistence_id.as_str()).collect::<HashSet<_>>().len();
+    let result = if requests.len() > 1 && distinct == requests.len() {
+        batched_appends(client, append_many, &requests).await
+    } else {
+        pipelined_appends(client, append, &requests).await
+    };
+    match result {
+        Ok((results, committed)) => {
+            for (job, result) in batch.into_iter().zip(results) {
+                if let Job::Append(_, r) = job {
+                    Outcome::Seq(r, result).answer(&committed);
                 }
-                return committed;
             }
-            Err(e @ JournalError::CommitUnknown(_)) => {
-                for job in batch {
-                    job.fail(e.clone());
-                }
-                return Err(e);
+            committed
+        }
+        Err(e @ JournalError::CommitUnknown(_)) => {
+            for job in batch {
+                job.fail(e.clone());
             }
-            // A statement failed (another process raced on the same sequence numbers, say) and
-            // took the transaction down: nothing of it was written. Go one savepoint at a time.
-            Err(e) => warn!(error = %e, "pipelined appends failed; running them one by one"),
+            Err(e)
+        }
+        // A statement failed (another process raced on the same sequence numbers, say) and
+        // took the transaction down: nothing of it was written. Go one savepoint at a time.
+        Err(e) => {
+            warn!(error = %e, "pipelined appends failed; running them one by one");
+            one_by_one(client, batch).await
         }
     }
+}
+
+/// Runs requests in one transaction, each in a savepoint of its own, in order.
+async fn one_by_one(client: &mut Client, batch: Vec<Job>) -> Result<(), JournalError> {
     let mut tx = match client.transaction().await {
         Ok(tx) => tx,
         Err(e) => {
