@@ -1,12 +1,17 @@
 //! Shardline's journal on PostgreSQL, and a [`PostgresStore`] for lease membership in the same
 //! database (see its module).
 //!
-//! - **Writer tasks** (two by default), each with a connection of its own; an entity's requests
-//!   always go to the same one, so they keep their order. A writer takes every request waiting
-//!   and runs them in one transaction (group commit): reads of entities the batch does not append
-//!   to are pipelined first, a batch of appends to distinct entities is one statement over
-//!   unnested arrays, anything else runs one savepoint per request, so a refused append
-//!   (fenced, conflict) rolls back alone.
+//! - **Writer tasks** (two by default), each with a connection of its own; an entity's writes
+//!   always go to the same one, so they keep their order. A writer takes every write waiting
+//!   and runs its appends in one transaction (group commit): one statement over unnested arrays
+//!   when their entities are distinct, else one statement each, pipelined. Anything else (a
+//!   claim, a snapshot) runs one savepoint per request, so a refused one rolls back alone.
+//! - **A reader task** with a connection of its own pipelines every read waiting, outside any
+//!   transaction: a recovery's reads do not wait for the writers' commits. Nothing read needs a
+//!   write still queued, since a write is answered only once committed.
+//! - **Every execution is planned for its arguments** (`plan_cache_mode = force_custom_plan`):
+//!   a generic plan made while a fresh schema's tables were empty scanned every recorded reply
+//!   on every batch.
 //! - **Fencing in the database**: an append locks its shard's fence row (`FOR SHARE`) before it
 //!   writes, and raising a fence updates that row, so a raise either waits for the append's
 //!   commit or the append sees the raised fence. An append from another process racing on the
@@ -49,9 +54,9 @@ pub struct PostgresConfig {
     pub schema: String,
     /// Longest wait to connect, and for one statement (the server cancels it after that).
     pub timeout: Duration,
-    /// Connections, each with a writer of its own; an entity's requests always go to the same
-    /// one, so they keep their order. With one, a batch waits for the previous one's commit;
-    /// with two, one batch forms while the other commits.
+    /// Connections for writes, each with a writer of its own; an entity's writes always go to
+    /// the same one, so they keep their order. With one, a batch waits for the previous one's
+    /// commit; with two, one batch forms while the other commits. Reads take one more.
     pub connections: usize,
 }
 
