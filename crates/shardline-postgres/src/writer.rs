@@ -68,26 +68,36 @@ pub(crate) async fn route(mut rx: mpsc::Receiver<Job>, reader: mpsc::Sender<Job>
     }
 }
 
+/// The next request and every other one already waiting behind it, up to [`MAX_BATCH`].
+async fn next_batch(rx: &mut mpsc::Receiver<Job>) -> Option<Vec<Job>> {
+    let mut batch = vec![rx.recv().await?];
+    while batch.len() < MAX_BATCH {
+        match rx.try_recv() {
+            Ok(j) => batch.push(j),
+            Err(_) => break,
+        }
+    }
+    Some(batch)
+}
+
+/// Fails every request of a batch that found the database unreachable.
+fn unreachable_for(batch: Vec<Job>, e: &JournalError) {
+    warn!(error = %e, "journal database unreachable");
+    for job in batch {
+        job.fail(e.clone());
+    }
+}
+
 /// The reader task: takes every read waiting and pipelines them on its connection, outside any
 /// transaction.
 pub(crate) async fn reader(config: PostgresConfig, mut rx: mpsc::Receiver<Job>) {
     let mut client: Option<Client> = None;
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(j) => batch.push(j),
-                Err(_) => break,
-            }
-        }
+    while let Some(batch) = next_batch(&mut rx).await {
         if client.as_ref().is_none_or(Client::is_closed) {
             client = match connect(&config).await {
                 Ok(c) => Some(c),
                 Err(e) => {
-                    warn!(error = %e, "journal database unreachable");
-                    for job in batch {
-                        job.fail(e.clone());
-                    }
+                    unreachable_for(batch, &e);
                     continue;
                 }
             };
@@ -102,22 +112,12 @@ pub(crate) async fn reader(config: PostgresConfig, mut rx: mpsc::Receiver<Job>) 
 pub(crate) async fn writer(config: PostgresConfig, first_client: Option<Client>, mut rx: mpsc::Receiver<Job>) {
     let mut first_client = first_client;
     let mut conn: Option<Conn> = None;
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(j) => batch.push(j),
-                Err(_) => break,
-            }
-        }
+    while let Some(batch) = next_batch(&mut rx).await {
         if conn.as_ref().is_none_or(|c| c.client.is_closed()) {
             conn = match open_conn(&config, first_client.take()).await {
                 Ok(c) => Some(c),
                 Err(e) => {
-                    warn!(error = %e, "journal database unreachable");
-                    for job in batch {
-                        job.fail(e.clone());
-                    }
+                    unreachable_for(batch, &e);
                     continue;
                 }
             };
