@@ -4,7 +4,7 @@
 
 mod gossip_net;
 
-use gossip_net::{id, Net};
+use gossip_net::{id, three_at_defaults, Net};
 use shardline_core::gossip::{GossipCommand, GossipConfig, GossipEngine, GossipEvent};
 use shardline_core::Engine;
 use shardline_core::{MemberStatus, NodeId, SplitBrainPolicy};
@@ -32,14 +32,10 @@ fn members_join_through_a_seed_and_agree_on_the_oldest_as_leader() {
 /// itself to every scale-out.
 #[test]
 fn a_member_that_joins_is_up_everywhere_within_a_few_messages() {
-    let mut net = Net::new();
-    net.start("a", 1, &[]);
-    net.start("b", 2, &["a"]);
-    net.start("c", 3, &["a"]);
-    net.run(5_000);
-    net.start("d", 4, &["a"]);
+    let mut net = three_at_defaults();
+    net.start_with("d", 4, &["a"], GossipConfig::default());
     let start = net.now;
-    let period = GossipConfig::without_split_brain().gossip_every_ms;
+    let period = GossipConfig::default().gossip_every_ms;
     let up_everywhere = |net: &Net| {
         ["a", "b", "c", "d"]
             .iter()

@@ -41,13 +41,13 @@ async fn open_conn(config: &PostgresConfig, client: Option<Client>) -> Result<Co
 /// persistence id always to the same one, so their order is kept; the rest to the first).
 ///
 /// Reads have a connection of their own so that they do not wait for the writers' batches: a
-/// recovery reads three times in a row (snapshot, events, replies), and behind a writer each
-/// read waited for the batch being committed and then rode in the next. Nothing read needs a
+/// recovery reads twice in a row (its snapshot and replies, then its events), and behind a
+/// writer each read waited for the batch being committed and then rode in the next. Nothing read needs a
 /// write still queued: a caller reads what it was told is written, and a write is answered
 /// only once committed.
 pub(crate) async fn route(mut rx: mpsc::Receiver<Job>, reader: mpsc::Sender<Job>, writers: Vec<mpsc::Sender<Job>>) {
     while let Some(job) = rx.recv().await {
-        let to = if read_only(&job).is_some() {
+        let to = if is_read(&job) {
             &reader
         } else {
             let pid = match &job {
@@ -217,20 +217,21 @@ async fn one_by_one(client: &mut Client, batch: Vec<Job>) -> Result<(), JournalE
     committed
 }
 
-/// Whether a request only reads, and which persistence id (None: no single entity's).
-fn read_only(job: &Job) -> Option<Option<&str>> {
-    match job {
-        Job::Read(pid, ..)
-        | Job::LastSeq(pid, _)
-        | Job::LoadSnapshot(pid, _)
-        | Job::RecordedReply(pid, ..)
-        | Job::RecordedReplies(pid, ..) => Some(Some(pid.as_str())),
-        Job::Remembered(..) | Job::HighestTerm(_) => Some(None),
-        Job::RaiseFence(..) | Job::Append(..) | Job::SaveSnapshot(..) | Job::Forget(..) => None,
-    }
+/// Whether a request only reads: the reader's, not a writer's.
+fn is_read(job: &Job) -> bool {
+    matches!(
+        job,
+        Job::Read(..)
+            | Job::LastSeq(..)
+            | Job::LoadSnapshot(..)
+            | Job::RecordedReply(..)
+            | Job::RecordedReplies(..)
+            | Job::Remembered(..)
+            | Job::HighestTerm(_)
+    )
 }
 
-/// Runs a request that only reads (see [`read_only`]) outside any transaction.
+/// Runs a request that only reads (see [`is_read`]) outside any transaction.
 async fn read_job(client: &Client, job: Job) -> Outcome {
     match job {
         Job::Read(pid, from, max, r) => Outcome::Events(r, read(client, &pid, from, max).await),
@@ -248,17 +249,12 @@ async fn run_job(tx: &mut Transaction<'_>, job: Job) -> Outcome {
     match job {
         Job::RaiseFence(f, r) => Outcome::Epoch(r, in_savepoint(tx, |sp| Box::pin(raise_fence(sp, f))).await),
         Job::Append(req, r) => Outcome::Seq(r, in_savepoint(tx, |sp| Box::pin(append(sp, *req))).await),
-        Job::Read(pid, from, max, r) => Outcome::Events(r, read(tx, &pid, from, max).await),
-        Job::LastSeq(pid, r) => Outcome::Seq(r, last_seq(tx, &pid).await),
         Job::SaveSnapshot(f, pid, s, r) => {
             Outcome::Unit(r, in_savepoint(tx, |sp| Box::pin(save_snapshot(sp, f, pid, s))).await)
         }
-        Job::LoadSnapshot(pid, r) => Outcome::Snapshot(r, load_snapshot(tx, &pid).await),
-        Job::RecordedReply(pid, id, r) => Outcome::Bytes(r, recorded_reply(tx, &pid, &id).await),
-        Job::RecordedReplies(pid, n, r) => Outcome::Replies(r, recorded_replies(tx, &pid, n).await),
-        Job::Remembered(t, s, r) => Outcome::Ids(r, remembered(tx, &t, s).await),
         Job::Forget(f, id, r) => Outcome::Unit(r, in_savepoint(tx, |sp| Box::pin(forget(sp, f, id))).await),
-        Job::HighestTerm(r) => Outcome::Seq(r, highest_term(tx).await),
+        // Reads go to the reader (see `route`).
+        other => Outcome::failed(other, JournalError::Failed("a read was taken for a write".into())),
     }
 }
 
