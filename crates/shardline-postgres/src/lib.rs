@@ -7,7 +7,8 @@
 //!   when their entities are distinct, else one statement each, pipelined. Anything else (a
 //!   claim, a snapshot) runs one savepoint per request, so a refused one rolls back alone.
 //! - **A reader task** with a connection of its own pipelines every read waiting, outside any
-//!   transaction: a recovery's reads do not wait for the writers' commits. Nothing read needs a
+//!   transaction, through statements prepared once: a recovery's reads do not wait for the
+//!   writers' commits. Nothing read needs a
 //!   write still queued, since a write is answered only once committed.
 //! - **Each statement is planned once, through the indexes** (`enable_seqscan = off`,
 //!   `plan_cache_mode = force_generic_plan`): every statement reads by key. A generic plan made
@@ -33,6 +34,7 @@ mod connection;
 mod coordination;
 #[cfg(test)]
 mod plans;
+mod reader;
 mod schema;
 mod sql;
 mod tls;
@@ -41,8 +43,9 @@ mod writer;
 pub use bench::{drop_schema, durability, floor_insert};
 use connection::connect;
 pub use coordination::PostgresStore;
+use reader::reader;
 use schema::migrate;
-use writer::{reader, route, writer};
+use writer::{route, writer};
 
 /// Settings of a PostgreSQL journal.
 #[derive(Clone, Debug)]

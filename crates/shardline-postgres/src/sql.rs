@@ -8,6 +8,25 @@ use tokio_postgres::{GenericClient, Transaction};
 
 use crate::connection::db;
 
+/// The statements of the reads, prepared once by the reader (and run as text by a write that
+/// reads in its savepoint).
+pub(crate) const LAST_SEQ: &str = "SELECT COALESCE(MAX(seq), 0) FROM shardline_events WHERE persistence_id = $1";
+pub(crate) const READ: &str = "SELECT seq, type_name, schema_version, payload FROM shardline_events
+     WHERE persistence_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3";
+pub(crate) const LOAD_SNAPSHOT: &str =
+    "SELECT seq, schema_version, payload FROM shardline_snapshots WHERE persistence_id = $1";
+pub(crate) const RECORDED_REPLY: &str =
+    "SELECT reply FROM shardline_replies WHERE persistence_id = $1 AND request_id = $2";
+pub(crate) const RECORDED_REPLIES: &str = "SELECT request_id, reply FROM shardline_replies WHERE persistence_id = $1
+     ORDER BY seq DESC, recorded DESC LIMIT $2";
+pub(crate) const REMEMBERED: &str =
+    "SELECT entity_id FROM shardline_remembered WHERE type_key = $1 AND shard = $2 ORDER BY entity_id";
+pub(crate) const HIGHEST_TERM: &str = "SELECT MAX(term) FROM shardline_fences";
+
+/// A statement, as text or prepared.
+pub(crate) trait Query: tokio_postgres::ToStatement + Sync + Send {}
+impl<T: tokio_postgres::ToStatement + Sync + Send + ?Sized> Query for T {}
+
 pub(crate) fn to_i64(v: u64, what: &str) -> Result<i64, JournalError> {
     i64::try_from(v).map_err(|_| JournalError::Failed(format!("{what} {v} does not fit the database")))
 }
@@ -76,11 +95,12 @@ pub(crate) async fn raise_fence(tx: &Transaction<'_>, f: Fence) -> Result<Epoch,
         .ok_or_else(|| JournalError::Failed(format!("the fence of {} shard {} was not stored", f.type_key, f.shard.0)))
 }
 
-pub(crate) async fn last_seq(tx: &impl GenericClient, pid: &str) -> Result<u64, JournalError> {
-    let row = tx
-        .query_one("SELECT COALESCE(MAX(seq), 0) FROM shardline_events WHERE persistence_id = $1", &[&pid])
-        .await
-        .map_err(db)?;
+pub(crate) async fn last_seq(
+    tx: &impl GenericClient,
+    q: &(impl Query + ?Sized),
+    pid: &str,
+) -> Result<u64, JournalError> {
+    let row = tx.query_one(q, &[&pid]).await.map_err(db)?;
     to_u64(col(&row, 0)?, pid, 0, "last sequence number")
 }
 
@@ -88,7 +108,7 @@ pub(crate) async fn append(tx: &Transaction<'_>, req: AppendRequest) -> Result<u
     check_fence(tx, &req.fence).await?;
     let pid = &req.persistence_id;
     if let Some(r) = &req.reply {
-        if let Some(reply) = recorded_reply(tx, pid, &r.request_id).await? {
+        if let Some(reply) = recorded_reply(tx, RECORDED_REPLY, pid, &r.request_id).await? {
             return Err(JournalError::Duplicate {
                 persistence_id: pid.clone(),
                 request_id: r.request_id.clone(),
@@ -96,7 +116,7 @@ pub(crate) async fn append(tx: &Transaction<'_>, req: AppendRequest) -> Result<u
             });
         }
     }
-    let last = last_seq(tx, pid).await?;
+    let last = last_seq(tx, LAST_SEQ, pid).await?;
     if last != req.expected_seq {
         return Err(JournalError::Conflict { persistence_id: pid.clone(), expected: req.expected_seq, actual: last });
     }
@@ -159,19 +179,13 @@ pub(crate) async fn append(tx: &Transaction<'_>, req: AppendRequest) -> Result<u
 
 pub(crate) async fn read(
     tx: &impl GenericClient,
+    q: &(impl Query + ?Sized),
     pid: &str,
     from: u64,
     max: usize,
 ) -> Result<Vec<StoredEvent>, JournalError> {
     let limit = i64::try_from(max).unwrap_or(i64::MAX);
-    let rows = tx
-        .query(
-            "SELECT seq, type_name, schema_version, payload FROM shardline_events
-             WHERE persistence_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3",
-            &[&pid, &to_i64(from, "sequence number")?, &limit],
-        )
-        .await
-        .map_err(db)?;
+    let rows = tx.query(q, &[&pid, &to_i64(from, "sequence number")?, &limit]).await.map_err(db)?;
     rows.into_iter()
         .map(|r| {
             let seq = to_u64(col(&r, 0)?, pid, 0, "sequence number")?;
@@ -200,11 +214,12 @@ pub(crate) async fn save_snapshot(
     Ok(())
 }
 
-pub(crate) async fn load_snapshot(tx: &impl GenericClient, pid: &str) -> Result<Option<Snapshot>, JournalError> {
-    let row = tx
-        .query_opt("SELECT seq, schema_version, payload FROM shardline_snapshots WHERE persistence_id = $1", &[&pid])
-        .await
-        .map_err(db)?;
+pub(crate) async fn load_snapshot(
+    tx: &impl GenericClient,
+    q: &(impl Query + ?Sized),
+    pid: &str,
+) -> Result<Option<Snapshot>, JournalError> {
+    let row = tx.query_opt(q, &[&pid]).await.map_err(db)?;
     row.map(|r| {
         let seq = to_u64(col(&r, 0)?, pid, 0, "snapshot sequence number")?;
         let schema_version = to_u32(col(&r, 1)?, pid, seq, "snapshot schema version")?;
@@ -215,30 +230,22 @@ pub(crate) async fn load_snapshot(tx: &impl GenericClient, pid: &str) -> Result<
 
 pub(crate) async fn recorded_reply(
     tx: &impl GenericClient,
+    q: &(impl Query + ?Sized),
     pid: &str,
     id: &str,
 ) -> Result<Option<Vec<u8>>, JournalError> {
-    let row = tx
-        .query_opt("SELECT reply FROM shardline_replies WHERE persistence_id = $1 AND request_id = $2", &[&pid, &id])
-        .await
-        .map_err(db)?;
+    let row = tx.query_opt(q, &[&pid, &id]).await.map_err(db)?;
     row.map(|r| col(&r, 0)).transpose()
 }
 
 pub(crate) async fn recorded_replies(
     tx: &impl GenericClient,
+    q: &(impl Query + ?Sized),
     pid: &str,
     newest: usize,
 ) -> Result<Vec<RecordedReply>, JournalError> {
     let limit = i64::try_from(newest).unwrap_or(i64::MAX);
-    let rows = tx
-        .query(
-            "SELECT request_id, reply FROM shardline_replies WHERE persistence_id = $1
-             ORDER BY seq DESC, recorded DESC LIMIT $2",
-            &[&pid, &limit],
-        )
-        .await
-        .map_err(db)?;
+    let rows = tx.query(q, &[&pid, &limit]).await.map_err(db)?;
     let mut replies: Vec<RecordedReply> = rows
         .iter()
         .map(|r| Ok(RecordedReply { request_id: col(r, 0)?, reply: col(r, 1)? }))
@@ -249,21 +256,16 @@ pub(crate) async fn recorded_replies(
 
 pub(crate) async fn remembered(
     tx: &impl GenericClient,
+    q: &(impl Query + ?Sized),
     type_key: &str,
     shard: ShardId,
 ) -> Result<Vec<String>, JournalError> {
-    let rows = tx
-        .query(
-            "SELECT entity_id FROM shardline_remembered WHERE type_key = $1 AND shard = $2 ORDER BY entity_id",
-            &[&type_key, &i64::from(shard.0)],
-        )
-        .await
-        .map_err(db)?;
+    let rows = tx.query(q, &[&type_key, &i64::from(shard.0)]).await.map_err(db)?;
     rows.iter().map(|r| col(r, 0)).collect()
 }
 
-pub(crate) async fn highest_term(tx: &impl GenericClient) -> Result<u64, JournalError> {
-    let row = tx.query_one("SELECT MAX(term) FROM shardline_fences", &[]).await.map_err(db)?;
+pub(crate) async fn highest_term(tx: &impl GenericClient, q: &(impl Query + ?Sized)) -> Result<u64, JournalError> {
+    let row = tx.query_one(q, &[]).await.map_err(db)?;
     let top: Option<i64> = col(&row, 0)?;
     top.map_or(Ok(0), |t| to_u64(t, "fences", 0, "term"))
 }

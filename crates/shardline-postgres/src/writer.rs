@@ -11,10 +11,8 @@ use tracing::warn;
 
 use crate::batch::{batched_appends, pipelined_appends, APPEND, APPEND_MANY};
 use crate::connection::{connect, db};
-use crate::sql::{
-    append, forget, highest_term, last_seq, load_snapshot, raise_fence, read, recorded_replies, recorded_reply,
-    remembered, save_snapshot,
-};
+use crate::reader::is_read;
+use crate::sql::{append, forget, raise_fence, save_snapshot};
 use crate::PostgresConfig;
 
 /// Most requests one transaction takes.
@@ -69,7 +67,7 @@ pub(crate) async fn route(mut rx: mpsc::Receiver<Job>, reader: mpsc::Sender<Job>
 }
 
 /// The next request and every other one already waiting behind it, up to [`MAX_BATCH`].
-async fn next_batch(rx: &mut mpsc::Receiver<Job>) -> Option<Vec<Job>> {
+pub(crate) async fn next_batch(rx: &mut mpsc::Receiver<Job>) -> Option<Vec<Job>> {
     let mut batch = vec![rx.recv().await?];
     while batch.len() < MAX_BATCH {
         match rx.try_recv() {
@@ -81,31 +79,10 @@ async fn next_batch(rx: &mut mpsc::Receiver<Job>) -> Option<Vec<Job>> {
 }
 
 /// Fails every request of a batch that found the database unreachable.
-fn unreachable_for(batch: Vec<Job>, e: &JournalError) {
+pub(crate) fn unreachable_for(batch: Vec<Job>, e: &JournalError) {
     warn!(error = %e, "journal database unreachable");
     for job in batch {
         job.fail(e.clone());
-    }
-}
-
-/// The reader task: takes every read waiting and pipelines them on its connection, outside any
-/// transaction.
-pub(crate) async fn reader(config: PostgresConfig, mut rx: mpsc::Receiver<Job>) {
-    let mut client: Option<Client> = None;
-    while let Some(batch) = next_batch(&mut rx).await {
-        if client.as_ref().is_none_or(Client::is_closed) {
-            client = match connect(&config).await {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    unreachable_for(batch, &e);
-                    continue;
-                }
-            };
-        }
-        let Some(c) = client.as_ref() else { continue };
-        for outcome in futures_util::future::join_all(batch.into_iter().map(|j| read_job(c, j))).await {
-            outcome.answer(&Ok(()));
-        }
     }
 }
 
@@ -215,34 +192,6 @@ async fn one_by_one(client: &mut Client, batch: Vec<Job>) -> Result<(), JournalE
         o.answer(&committed);
     }
     committed
-}
-
-/// Whether a request only reads: the reader's, not a writer's.
-fn is_read(job: &Job) -> bool {
-    matches!(
-        job,
-        Job::Read(..)
-            | Job::LastSeq(..)
-            | Job::LoadSnapshot(..)
-            | Job::RecordedReply(..)
-            | Job::RecordedReplies(..)
-            | Job::Remembered(..)
-            | Job::HighestTerm(_)
-    )
-}
-
-/// Runs a request that only reads (see [`is_read`]) outside any transaction.
-async fn read_job(client: &Client, job: Job) -> Outcome {
-    match job {
-        Job::Read(pid, from, max, r) => Outcome::Events(r, read(client, &pid, from, max).await),
-        Job::LastSeq(pid, r) => Outcome::Seq(r, last_seq(client, &pid).await),
-        Job::LoadSnapshot(pid, r) => Outcome::Snapshot(r, load_snapshot(client, &pid).await),
-        Job::RecordedReply(pid, id, r) => Outcome::Bytes(r, recorded_reply(client, &pid, &id).await),
-        Job::RecordedReplies(pid, n, r) => Outcome::Replies(r, recorded_replies(client, &pid, n).await),
-        Job::Remembered(t, s, r) => Outcome::Ids(r, remembered(client, &t, s).await),
-        Job::HighestTerm(r) => Outcome::Seq(r, highest_term(client).await),
-        other => Outcome::failed(other, JournalError::Failed("a write was taken for a read".into())),
-    }
 }
 
 async fn run_job(tx: &mut Transaction<'_>, job: Job) -> Outcome {
