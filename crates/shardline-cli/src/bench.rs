@@ -241,10 +241,16 @@ async fn remote_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     }))
 }
 
-fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
-    pages * 4096
+/// The process's resident set, from `/proc/self/statm`; one that cannot be read is an error, not a
+/// zero that would read as no memory at all.
+fn rss_bytes() -> Result<u64, BoxError> {
+    let statm = std::fs::read_to_string("/proc/self/statm").map_err(|e| format!("/proc/self/statm: {e}"))?;
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| format!("/proc/self/statm has no resident page count: {statm:?}"))?;
+    Ok(pages * 4096)
 }
 
 async fn idle_memory(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
@@ -259,7 +265,7 @@ async fn idle_memory(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     tokio::time::sleep(Duration::from_millis(300)).await;
     shardline_cli::heap::start();
     let heap_before = shardline_cli::heap::live();
-    let before = rss_bytes();
+    let before = rss_bytes()?;
     let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for _ in 0..256 {
@@ -285,7 +291,7 @@ async fn idle_memory(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     }
     let in_memory = echo.local_entities() as u64;
     let active = echo.active_entities() as u64;
-    let after = rss_bytes();
+    let after = rss_bytes()?;
     let heap_after = shardline_cli::heap::live();
     Ok(json!({
         "scenario": "idle-memory",

@@ -13,15 +13,25 @@ use crate::sql::{col, to_i64, to_u64};
 /// the expected sequence number allow it and its request id has no recorded reply yet, and the
 /// statement says which check failed (with the recorded reply) instead of raising an error, so a
 /// refused append does not abort the transaction around it.
+///
+/// The sequence check probes two keys: the expected last event is there (unless none is
+/// expected) and the next one is not. An entity's events run from 1 without a gap (each append
+/// writes after the last), so that holds exactly when the last is the expected one. The last
+/// itself (`MAX(seq)`, a backward index scan that read every key of the entity on its leaf page,
+/// a quarter of the server's time in the appends bench) is read only for a refused append, to
+/// say where the entity is. The probes are scalar sub-selects, not `EXISTS`: the planner may hash
+/// an `EXISTS` over the whole table, and did so for a generic plan made while it was empty.
 pub(crate) const APPEND: &str = "
 WITH fence AS (
     SELECT term, seq FROM shardline_fences WHERE type_key = $1 AND shard = $2 FOR SHARE
 ), last AS (
-    SELECT COALESCE(MAX(seq), 0) AS s FROM shardline_events WHERE persistence_id = $3
+    SELECT ($6::BIGINT = 0
+            OR (SELECT 1 FROM shardline_events WHERE persistence_id = $3 AND seq = $6::BIGINT) IS NOT NULL)
+        AND (SELECT 1 FROM shardline_events WHERE persistence_id = $3 AND seq = $6::BIGINT + 1) IS NULL AS at
 ), dup AS (
     SELECT reply FROM shardline_replies WHERE persistence_id = $3 AND request_id = $12::TEXT
 ), ok AS (
-    SELECT 1 FROM fence, last WHERE (fence.term, fence.seq) <= ($4::BIGINT, $5::BIGINT) AND last.s = $6::BIGINT
+    SELECT 1 FROM fence, last WHERE (fence.term, fence.seq) <= ($4::BIGINT, $5::BIGINT) AND last.at
         AND NOT EXISTS (SELECT 1 FROM dup)
 ), ins AS (
     INSERT INTO shardline_events (persistence_id, seq, type_name, schema_version, payload)
@@ -41,7 +51,10 @@ WITH fence AS (
       AND request_id <> $12::TEXT
       AND recorded_at < (EXTRACT(EPOCH FROM now()) * 1000)::BIGINT - $14::BIGINT
 )
-SELECT (SELECT term FROM fence), (SELECT seq FROM fence), (SELECT s FROM last), EXISTS (SELECT 1 FROM ok),
+SELECT (SELECT term FROM fence), (SELECT seq FROM fence),
+    CASE WHEN (SELECT at FROM last) THEN $6::BIGINT
+        ELSE (SELECT COALESCE(MAX(seq), 0) FROM shardline_events WHERE persistence_id = $3) END,
+    EXISTS (SELECT 1 FROM ok),
     (SELECT reply FROM dup)";
 
 /// [`APPEND`] for a whole batch of appends to distinct persistence ids, in one statement: the
@@ -58,14 +71,18 @@ WITH req AS (
     SELECT r.idx, f.term, f.seq FROM req r
     JOIN shardline_fences f ON f.type_key = r.type_key AND f.shard = r.shard FOR SHARE OF f
 ), last AS (
-    SELECT r.idx, (SELECT COALESCE(MAX(e.seq), 0) FROM shardline_events e WHERE e.persistence_id = r.pid) AS s
+    SELECT r.idx,
+        (r.expected = 0
+            OR (SELECT 1 FROM shardline_events e WHERE e.persistence_id = r.pid AND e.seq = r.expected) IS NOT NULL)
+        AND (SELECT 1 FROM shardline_events e WHERE e.persistence_id = r.pid AND e.seq = r.expected + 1) IS NULL
+        AS at
     FROM req r
 ), dup AS (
     SELECT r.idx, d.reply FROM req r
     JOIN shardline_replies d ON d.persistence_id = r.pid AND d.request_id = r.request_id
 ), ok AS (
     SELECT r.* FROM req r JOIN fence f ON f.idx = r.idx JOIN last l ON l.idx = r.idx
-    WHERE (f.term, f.seq) <= (r.term, r.eseq) AND l.s = r.expected
+    WHERE (f.term, f.seq) <= (r.term, r.eseq) AND l.at
         AND NOT EXISTS (SELECT 1 FROM dup WHERE dup.idx = r.idx)
 ), ins AS (
     INSERT INTO shardline_events (persistence_id, seq, type_name, schema_version, payload)
@@ -86,7 +103,10 @@ WITH req AS (
     WHERE d.persistence_id = ok.pid AND ok.request_id IS NOT NULL AND d.request_id <> ok.request_id
       AND d.recorded_at < (EXTRACT(EPOCH FROM now()) * 1000)::BIGINT - ok.keep_ms
 )
-SELECT f.term, f.seq, l.s, EXISTS (SELECT 1 FROM ok WHERE ok.idx = r.idx), dup.reply
+SELECT f.term, f.seq,
+    CASE WHEN l.at THEN r.expected
+        ELSE (SELECT COALESCE(MAX(e.seq), 0) FROM shardline_events e WHERE e.persistence_id = r.pid) END,
+    EXISTS (SELECT 1 FROM ok WHERE ok.idx = r.idx), dup.reply
 FROM req r JOIN last l ON l.idx = r.idx LEFT JOIN fence f ON f.idx = r.idx LEFT JOIN dup ON dup.idx = r.idx
 ORDER BY r.idx";
 

@@ -11,7 +11,7 @@
 //! out, so that the plan made once reads through the indexes whatever the tables held then; this
 //! test holds them to it.
 
-use crate::batch::APPEND_MANY;
+use crate::batch::{APPEND, APPEND_MANY};
 use crate::connection::connect;
 use crate::schema::migrate;
 use crate::PostgresConfig;
@@ -24,6 +24,31 @@ fn url() -> String {
 const ARGS: &str = "TEXT[], BIGINT[], TEXT[], BIGINT[], BIGINT[], BIGINT[], TEXT[], BOOL[], TEXT[], BYTEA[], \
                     BIGINT[], BIGINT[], BIGINT[], BIGINT[], TEXT[], BIGINT[], BYTEA[]";
 
+/// The argument types of [`APPEND`], in order.
+const ONE_ARGS: &str =
+    "TEXT, BIGINT, TEXT, BIGINT, BIGINT, BIGINT, TEXT[], BIGINT[], BYTEA[], TEXT, BOOL, TEXT, BYTEA, BIGINT";
+
+/// [`APPEND`]'s arguments for one event appended to `pid` with a request id.
+fn append_one(pid: &str) -> String {
+    format!(
+        "'t', 0, '{pid}', 1, 0, 0, ARRAY['ev'], ARRAY[1::BIGINT], ARRAY['\\x00'::BYTEA], 'e', false, 'req-{pid}', \
+         '\\x00', 60000"
+    )
+}
+
+/// The scans of journal tables in `plan` that do not go through an index by a key.
+fn unkeyed(plan: &[String]) -> Vec<&String> {
+    plan.iter()
+        .zip(plan.iter().skip(1).map(Some).chain([None]))
+        .filter(|(line, _)| line.contains("Scan") && line.contains(" on shardline_"))
+        .filter(|(_, next)| {
+            !next
+                .is_some_and(|n| n.trim_start().starts_with("Index Cond") || n.trim_start().starts_with("Recheck Cond"))
+        })
+        .map(|(line, _)| line)
+        .collect()
+}
+
 /// One append of one event to `pid` with a request id, as the writer would send it.
 fn one_append(pid: &str) -> String {
     format!(
@@ -34,7 +59,7 @@ fn one_append(pid: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_batched_append_reads_every_table_through_its_index_once_the_tables_grew() {
+async fn the_appends_read_every_table_through_its_index_once_the_tables_grew() {
     let nanos =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
     let schema = format!("shardline_test_plans_{}_{nanos}", std::process::id());
@@ -46,6 +71,7 @@ async fn the_batched_append_reads_every_table_through_its_index_once_the_tables_
     migrate(&client, &schema).await.expect("migrated");
     let outcome = async {
         client.batch_execute(&format!("PREPARE append_many({ARGS}) AS {APPEND_MANY}")).await?;
+        client.batch_execute(&format!("PREPARE append_one({ONE_ARGS}) AS {APPEND}")).await?;
         // Young tables: a few rows, then more executions than the server plans for their
         // arguments before it may settle on a generic plan.
         client
@@ -58,6 +84,7 @@ async fn the_batched_append_reads_every_table_through_its_index_once_the_tables_
         for i in 0..10 {
             let pid = format!("young-{i}");
             client.batch_execute(&format!("BEGIN; EXECUTE append_many({}); ROLLBACK", one_append(&pid))).await?;
+            client.batch_execute(&format!("BEGIN; EXECUTE append_one({}); ROLLBACK", append_one(&pid))).await?;
         }
         // The table grows past what a scan per batch can afford; no statistics run meanwhile.
         client
@@ -66,34 +93,30 @@ async fn the_batched_append_reads_every_table_through_its_index_once_the_tables_
                     SELECT 'p' || (g % 5000), 'q' || g, g, '\\x00' FROM generate_series(1, 100000) g",
             )
             .await?;
-        let rows = client.simple_query(&format!("EXPLAIN EXECUTE append_many({})", one_append("grown"))).await?;
-        let plan: Vec<String> = rows
-            .iter()
-            .filter_map(|m| match m {
-                tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
-                _ => None,
-            })
-            .collect();
-        Ok::<_, tokio_postgres::Error>(plan)
+        let mut plans = Vec::new();
+        for explain in [
+            format!("EXPLAIN EXECUTE append_many({})", one_append("grown")),
+            format!("EXPLAIN EXECUTE append_one({})", append_one("grown")),
+        ] {
+            let rows = client.simple_query(&explain).await?;
+            let plan: Vec<String> = rows
+                .iter()
+                .filter_map(|m| match m {
+                    tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+                    _ => None,
+                })
+                .collect();
+            plans.push(plan);
+        }
+        Ok::<_, tokio_postgres::Error>(plans)
     }
     .await;
     let _ = client.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await;
-    let plan = outcome.expect("statements ran");
-    assert!(!plan.is_empty(), "no plan was returned");
-    // Every scan of a journal table goes through an index, by the key the statement has.
-    let unkeyed: Vec<&String> = plan
-        .iter()
-        .zip(plan.iter().skip(1).map(Some).chain([None]))
-        .filter(|(line, _)| line.contains("Scan") && line.contains(" on shardline_"))
-        .filter(|(_, next)| {
-            !next
-                .is_some_and(|n| n.trim_start().starts_with("Index Cond") || n.trim_start().starts_with("Recheck Cond"))
-        })
-        .map(|(line, _)| line)
-        .collect();
-    assert!(
-        unkeyed.is_empty(),
-        "the batched append reads journal tables without a key: {unkeyed:?}\n{}",
-        plan.join("\n")
-    );
+    let plans = outcome.expect("statements ran");
+    for (statement, plan) in ["the batched append", "the single append"].iter().zip(&plans) {
+        assert!(!plan.is_empty(), "no plan was returned for {statement}");
+        // Every scan of a journal table goes through an index, by the key the statement has.
+        let unkeyed = unkeyed(plan);
+        assert!(unkeyed.is_empty(), "{statement} reads journal tables without a key: {unkeyed:?}\n{}", plan.join("\n"));
+    }
 }
