@@ -14,20 +14,20 @@ use crate::sql::{col, to_i64, to_u64};
 /// statement says which check failed (with the recorded reply) instead of raising an error, so a
 /// refused append does not abort the transaction around it.
 ///
-/// The sequence check probes two keys: the expected last event is there (unless none is
-/// expected) and the next one is not. An entity's events run from 1 without a gap (each append
-/// writes after the last), so that holds exactly when the last is the expected one. The last
-/// itself (`MAX(seq)`, a backward index scan that read every key of the entity on its leaf page,
-/// a quarter of the server's time in the appends bench) is read only for a refused append, to
-/// say where the entity is. The probes are scalar sub-selects, not `EXISTS`: the planner may hash
-/// an `EXISTS` over the whole table, and did so for a generic plan made while it was empty.
+/// The sequence check reads the entity's keys from the expected last event to the one after: the
+/// expected last must be there (unless none is expected) and the next must not. An entity's
+/// events run from 1 without a gap (each append writes after the last), so that holds exactly
+/// when the last is the expected one, and the scan stops after two keys. The last itself
+/// (`MAX(seq)` unbounded, a backward scan that read every key of the entity on its leaf page, a
+/// quarter of the server's time in the appends bench) is read only for a refused append, to say
+/// where the entity is. The check is a scalar sub-select, not an `EXISTS`: the planner may hash an
+/// `EXISTS` over the whole table, and did so for a generic plan made while it was empty.
 pub(crate) const APPEND: &str = "
 WITH fence AS (
     SELECT term, seq FROM shardline_fences WHERE type_key = $1 AND shard = $2 FOR SHARE
 ), last AS (
-    SELECT ($6::BIGINT = 0
-            OR (SELECT 1 FROM shardline_events WHERE persistence_id = $3 AND seq = $6::BIGINT) IS NOT NULL)
-        AND (SELECT 1 FROM shardline_events WHERE persistence_id = $3 AND seq = $6::BIGINT + 1) IS NULL AS at
+    SELECT (SELECT COALESCE(MAX(seq), 0) FROM shardline_events
+            WHERE persistence_id = $3 AND seq BETWEEN $6::BIGINT AND $6::BIGINT + 1) = $6::BIGINT AS at
 ), dup AS (
     SELECT reply FROM shardline_replies WHERE persistence_id = $3 AND request_id = $12::TEXT
 ), ok AS (
@@ -72,10 +72,8 @@ WITH req AS (
     JOIN shardline_fences f ON f.type_key = r.type_key AND f.shard = r.shard FOR SHARE OF f
 ), last AS (
     SELECT r.idx,
-        (r.expected = 0
-            OR (SELECT 1 FROM shardline_events e WHERE e.persistence_id = r.pid AND e.seq = r.expected) IS NOT NULL)
-        AND (SELECT 1 FROM shardline_events e WHERE e.persistence_id = r.pid AND e.seq = r.expected + 1) IS NULL
-        AS at
+        (SELECT COALESCE(MAX(e.seq), 0) FROM shardline_events e
+            WHERE e.persistence_id = r.pid AND e.seq BETWEEN r.expected AND r.expected + 1) = r.expected AS at
     FROM req r
 ), dup AS (
     SELECT r.idx, d.reply FROM req r
