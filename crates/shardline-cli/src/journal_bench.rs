@@ -3,7 +3,7 @@
 //! inserted raw, in the order the writers produce them, in batches of as many rows as there are
 //! writers, in the same run; and how long an
 //! entity with 10,000 events takes to recover, from its events alone and from a snapshot 100
-//! events before its end. Medians of `--runs` runs (default 3).
+//! events before its end. Medians of `--runs` runs (default 5).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
