@@ -303,7 +303,13 @@ async fn postgres_outage_is_a_typed_error_then_recovers() {
         async move { store.get("k").await }
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(std::process::Command::new("kill").arg("-KILL").args(&pids).status().unwrap().success(), "kill {pids:?}");
+    // A session listed above may have ended since (a connection the store dropped): kill each on
+    // its own, and require that some were still there to kill.
+    let killed = pids
+        .iter()
+        .filter(|pid| std::process::Command::new("kill").args(["-KILL", pid.as_str()]).status().unwrap().success())
+        .count();
+    assert!(killed > 0, "none of the sessions {pids:?} was left to kill");
     server.resume();
     let r = in_flight.await.unwrap();
     assert!(matches!(r, Err(StoreError::Unavailable(_))), "a get whose session was killed: {r:?}");

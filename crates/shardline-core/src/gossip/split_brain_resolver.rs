@@ -145,6 +145,13 @@ impl Resolver {
         matches!(self.policy, SplitBrainPolicy::KeepMajority) && reachable.len() == unreachable.len()
     }
 
+    /// A decision was not carried out (see the engine's deferral): the set must be stable for a
+    /// new window, and the time since anyone became unreachable still runs from `first`.
+    pub fn defer(&mut self, first: u64) {
+        self.unstable = None;
+        self.first_unreachable = Some(first);
+    }
+
     fn reset(&mut self) {
         self.unstable = None;
         self.first_unreachable = None;

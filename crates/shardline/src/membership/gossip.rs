@@ -330,6 +330,10 @@ fn log(event: &GossipEvent) {
             unstable_ms,
             "split-brain resolver: the unreachable members kept changing for too long to decide; this node downs itself"
         ),
+        GossipEvent::DecisionDeferred { late } => {
+            let late: Vec<String> = late.iter().map(ToString::to_string).collect();
+            info!(late = %late.join(","), "split-brain resolver: a reachable member's status is late; the decision waits")
+        }
         GossipEvent::BadData { error } => {
             warn!(%error, "gossip data that cannot be read: dropped");
             metrics::counter!("shardline_gossip_bad_data_total").increment(1);

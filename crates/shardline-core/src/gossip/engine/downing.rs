@@ -75,6 +75,8 @@ impl GossipEngine {
             .filter(|m| self.first_seen.get(&m.node).is_none_or(|at| at.saturating_add(window) > since))
             .map(|m| m.node.clone())
             .collect();
+        let late = self.late_statuses(&reachable, now);
+        let Some(resolver) = self.resolver.as_mut() else { return };
         let before = resolver.unreachable().cloned();
         let unstable = unstable_ms(&self.config);
         let resolution = resolver.observe(now, window, unstable, &reachable, &unreachable, &recent, cut_off);
@@ -99,6 +101,22 @@ impl GossipEngine {
                 self.declared_down = true;
                 self.log(GossipEvent::DeclaredDown);
             }
+            // A member counted reachable whose status is late may be on the other side of a
+            // partition that SWIM has not found yet (one probe per period): the set is stable
+            // but stale, and with that member counted here both sides can find themselves the
+            // majority (the gossip world found a 3-against-1 decision made that way while the
+            // other side saw 2 against 2 and kept the tie). The decision waits, its window
+            // starting again, until every member counted reachable has sent a status within a
+            // status period and a probe's wait, or has fallen silent and counts unreachable. The
+            // time since anyone became unreachable keeps running, so a set that keeps being
+            // deferred ends as an unstable one (this node downs itself) within the bound the
+            // other side's margin covers.
+            Some(Resolution::Decided(SplitBrainDecision::DownUnreachable)) if !late.is_empty() => {
+                if let Some(resolver) = self.resolver.as_mut() {
+                    resolver.defer(since);
+                }
+                self.log(GossipEvent::DecisionDeferred { late });
+            }
             Some(Resolution::Decided(SplitBrainDecision::DownUnreachable)) => {
                 let nodes: BTreeSet<NodeId> = suspects.iter().filter_map(|id| id.node.clone()).collect();
                 self.log(GossipEvent::DownedUnreachable { nodes });
@@ -113,6 +131,20 @@ impl GossipEngine {
                 self.log(GossipEvent::DeclaredDown);
             }
         }
+    }
+
+    /// The members of `reachable` (other than this node) whose status has not advanced within
+    /// a status period and a probe's wait (see the deferred decision in `resolve`).
+    fn late_statuses(&self, reachable: &[ViewMember], now: u64) -> BTreeSet<NodeId> {
+        let late_after = self.config.status_every_ms + self.config.probe_rtt_ms;
+        reachable
+            .iter()
+            .filter(|m| self.me.node.as_ref() != Some(&m.node))
+            // None (no status yet) is not late, as it is not silent: a member whose statuses
+            // never arrive would otherwise hold every decision.
+            .filter(|m| self.status_seen.get(&m.node).is_some_and(|(_, at)| now.saturating_sub(*at) > late_after))
+            .map(|m| m.node.clone())
+            .collect()
     }
 
     /// Whether the downed `node`, down since `since`, still counts as possibly running at `now`:

@@ -78,6 +78,13 @@ pub enum GossipEvent {
         /// How long, in ms, members have been unreachable without a stable set.
         unstable_ms: u64,
     },
+    /// The unreachable set was stable, but a member counted reachable had sent no status for
+    /// a status period and a probe's wait: it may be cut off too, not yet probed. The decision
+    /// waits, its window starting again.
+    DecisionDeferred {
+        /// The members counted reachable whose statuses are late.
+        late: BTreeSet<NodeId>,
+    },
     /// Data from the network that cannot be read (dropped; nothing else happens).
     BadData {
         /// Why.
