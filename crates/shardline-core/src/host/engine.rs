@@ -156,6 +156,17 @@ pub enum AfterMarker<S> {
     Retire(S),
 }
 
+/// What became of an entity the node's limit picked to leave memory ([`HostEngine::evict`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Evicted<S> {
+    /// It was idle: run its stop hook; its state goes nowhere.
+    Stop(S),
+    /// Its task runs: it stays, as the most recently used.
+    Running,
+    /// It is not in memory (any more).
+    Gone,
+}
+
 /// The entity lifecycle of one hosted shard, as a state machine with no I/O. `S` is an entity's
 /// state, `M` the driver's mailbox handle.
 pub struct HostEngine<S, M> {
@@ -336,6 +347,21 @@ impl<S, M: Mailbox> HostEngine<S, M> {
     pub fn passivate_idle(&mut self, now_ms: u64, after_ms: u64) -> Vec<(EntityId, S)> {
         let (now, limit) = (secs(now_ms), secs(after_ms));
         self.take_idle(|since| now.saturating_sub(since) >= limit)
+    }
+
+    /// The node's [`ActiveLimit`](super::ActiveLimit) picked `id` to leave memory. An idle
+    /// entity is taken out of the map, for its stop hook to run; a running one stays (it is in
+    /// use: the limit counts it as used again); one no longer here needs nothing.
+    pub fn evict(&mut self, id: &EntityId) -> Evicted<S> {
+        match self.residents.get(id) {
+            None => Evicted::Gone,
+            Some(Resident::Active { .. }) => Evicted::Running,
+            Some(Resident::Idle { .. }) => match self.residents.remove(id) {
+                Some(Resident::Idle { state, .. }) => Evicted::Stop(state),
+                // Matched as idle just above.
+                _ => Evicted::Gone,
+            },
+        }
     }
 
     /// The shard stops for a hand-off or a leave. Every running entity finishes its mailbox,

@@ -18,8 +18,12 @@
 //! driver's one lock over the engine, where no message can arrive in between: that is what
 //! keeps a message from landing in a mailbox nobody reads (I3, I4).
 
+mod active_limit;
 mod engine;
 mod handover;
 
-pub use engine::{AfterMarker, Delivery, HostConfig, HostEngine, Mailbox, Marker, Unleased, WakeDecision, LINGER_MS};
+pub use active_limit::{ActiveLimit, PassivationPolicy};
+pub use engine::{
+    AfterMarker, Delivery, Evicted, HostConfig, HostEngine, Mailbox, Marker, Unleased, WakeDecision, LINGER_MS,
+};
 pub use handover::{decode_handover, encode_handover, HandedOver};
