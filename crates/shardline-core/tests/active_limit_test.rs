@@ -1,7 +1,9 @@
 //! `ActiveLimit`: the entities a node keeps in memory under a budget, and which leave.
 
 use proptest::prelude::*;
-use shardline_core::host::{ActiveLimit, Evicted, HostConfig, HostEngine, Mailbox, PassivationPolicy};
+use shardline_core::host::{
+    ActiveLimit, AfterMarker, Delivery, Evicted, HostConfig, HostEngine, Mailbox, Marker, PassivationPolicy,
+};
 use shardline_core::{EntityId, Epoch};
 
 /// Least-recently-used against a plain list kept in recency order: the same entities leave, the
@@ -107,9 +109,19 @@ fn evict_stops_the_idle_and_keeps_the_running() {
     let mut engine: HostEngine<String, Open> = HostEngine::new(HostConfig::new(4), Epoch { term: 1, seq: 1 });
     let (idle, running) = (EntityId::new("idle"), EntityId::new("running"));
     engine.restore(idle.clone(), "state".into(), 0);
-    assert!(matches!(engine.deliver(&running, (), |_, m| m, || Open), shardline_core::host::Delivery::Spawn { .. }));
+    assert!(matches!(engine.deliver(&running, (), |_, m| m, || Open), Delivery::Spawn { .. }));
     assert_eq!(engine.evict(&idle), Evicted::Stop("state".to_string()));
     assert_eq!(engine.evict(&running), Evicted::Running);
     assert_eq!(engine.evict(&idle), Evicted::Gone);
     assert_eq!((engine.len(), engine.active_len()), (1, 1));
+    // The running one leaves at its next marker instead of going idle...
+    let after = engine.marker(&running, Marker::Nudge { busy: false }, false, "running".into(), 0);
+    assert_eq!(after, AfterMarker::Evicted("running".to_string()));
+    assert!(engine.is_empty());
+    // ...unless a message comes for it first: it is in use again.
+    assert!(matches!(engine.deliver(&running, (), |_, m| m, || Open), Delivery::Spawn { .. }));
+    assert_eq!(engine.evict(&running), Evicted::Running);
+    assert!(matches!(engine.deliver(&running, (), |_, m| m, || Open), Delivery::Put(())));
+    let after = engine.marker(&running, Marker::Nudge { busy: false }, false, "running".into(), 0);
+    assert_eq!(after, AfterMarker::Idle);
 }

@@ -78,6 +78,7 @@ pub use error::{ConfigError, Error, Processed, TransportError};
 pub use membership::{ClusterView, Gossip, GossipConfig, MembershipProvider};
 pub use sharding::ask::stats::AskStats;
 pub use sharding::region::Hosting;
+pub use shardline_core::host::PassivationPolicy;
 pub use shardline_core::{DomainEvent, EntityId, Epoch, MemberStatus, NodeId, ShardId, TypeKey};
 #[cfg(feature = "dev-certs")]
 pub use transport::tls::dev as dev_certs;

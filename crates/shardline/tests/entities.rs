@@ -256,3 +256,39 @@ fn a_type_registered_as_the_node_starts_gets_its_shards() {
         t.join().expect("every start answered");
     }
 }
+
+/// `max_active`: a scan of distinct ids keeps at most the budget in memory, each one that comes
+/// in past it passivating another; and under frequency admission the hot ids asked for between
+/// the scan's keep their state (a passivated one would start afresh, with an empty log).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_bounds_the_entities_in_memory_and_admission_keeps_the_hot_ones() {
+    logs();
+    let c = Cluster::builder().cluster_name("budget").build().await.unwrap();
+    let settings = EntitySettings::new("log")
+        .shards(8)
+        .max_active(100)
+        .passivation_policy(shardline::PassivationPolicy::FrequencyAdmission);
+    let h = c.register::<Log>(settings).await.unwrap();
+    let rounds = 30;
+    for round in 0..rounds {
+        for hot in 0..10 {
+            h.entity_ref(format!("hot-{hot}")).ask(Cmd::Append(round)).await.unwrap();
+        }
+        // More one-off ids between two asks of a hot id than the budget holds.
+        for i in 0..200 {
+            h.entity_ref(format!("scan-{round}-{i}")).ask(Cmd::Append(0)).await.unwrap();
+            // Picked entities whose task still runs leave once it would go idle: a linger
+            // period or two, at most 32 tasks lingering per shard.
+            let n = h.local_entities();
+            assert!(n <= 100 + 8 * 32, "{n} entities in memory over a budget of 100");
+        }
+    }
+    let h2 = h.clone();
+    eventually("the tasks go idle", Duration::from_secs(10), move || h2.active_entities() == 0).await;
+    assert!(h.local_entities() <= 100, "{} entities in memory over a budget of 100", h.local_entities());
+    for hot in 0..10 {
+        let log = h.entity_ref(format!("hot-{hot}")).ask(Cmd::Get).await.unwrap();
+        // Frequencies take a few rounds to build: the first asks may have been passivated.
+        assert!(log.len() >= rounds as usize - 5, "hot-{hot} kept {} of {rounds} appends: {log:?}", log.len());
+    }
+}

@@ -94,7 +94,9 @@ enum Resident<S, M> {
     /// entity's footprint is its state and this).
     Idle { state: S, since: u32 },
     /// A task runs the entity. `nudged`: a linger marker is in the mailbox (at most one is).
-    Active { mailbox: M, nudged: bool },
+    /// `evict`: the node's limit picked it; it leaves memory instead of going idle, unless a
+    /// message comes first.
+    Active { mailbox: M, nudged: bool, evict: bool },
 }
 
 /// What became of a message for one entity, decided by [`HostEngine::deliver`].
@@ -151,6 +153,9 @@ pub enum AfterMarker<S> {
     Stay(S),
     /// The state is back in the map, idle: end the task.
     Idle,
+    /// The node's limit picked the entity ([`HostEngine::evict`]): run its stop hook and end
+    /// the task. It is forgotten.
+    Evicted(S),
     /// The shard stops: run the stop hook, hand the state over
     /// ([`HostEngine::handed`]) and end the task. It is forgotten.
     Retire(S),
@@ -161,7 +166,7 @@ pub enum AfterMarker<S> {
 pub enum Evicted<S> {
     /// It was idle: run its stop hook; its state goes nowhere.
     Stop(S),
-    /// Its task runs: it stays, as the most recently used.
+    /// Its task runs: it leaves once its mailbox is empty, instead of going idle.
     Running,
     /// It is not in memory (any more).
     Gone,
@@ -242,11 +247,13 @@ impl<S, M: Mailbox> HostEngine<S, M> {
         if self.stopping {
             return Delivery::Stopping(msg);
         }
-        if let Some(Resident::Active { mailbox, nudged }) = self.residents.get(id) {
+        if let Some(Resident::Active { mailbox, nudged, evict }) = self.residents.get_mut(id) {
             // The last place is the linger marker's until the marker is in.
             if !*nudged && mailbox.free() <= 1 {
                 return Delivery::Full(msg);
             }
+            // In use again: it counts in the limit as the most recently used.
+            *evict = false;
             return Delivery::Put(put(mailbox, msg));
         }
         let state = match self.residents.remove(id) {
@@ -257,7 +264,7 @@ impl<S, M: Mailbox> HostEngine<S, M> {
         match self
             .residents
             .entry(id.clone())
-            .insert_entry(Resident::Active { mailbox: mailbox(), nudged: false })
+            .insert_entry(Resident::Active { mailbox: mailbox(), nudged: false, evict: false })
             .into_mut()
         {
             Resident::Active { mailbox, .. } => Delivery::Spawn { state, mailbox, first: msg },
@@ -285,7 +292,7 @@ impl<S, M: Mailbox> HostEngine<S, M> {
     pub fn nudge(&mut self, mut put: impl FnMut(&M) -> bool) {
         let empty = self.config.mailbox + 1;
         for id in &self.active {
-            if let Some(Resident::Active { mailbox, nudged: nudged @ false }) = self.residents.get_mut(id) {
+            if let Some(Resident::Active { mailbox, nudged: nudged @ false, .. }) = self.residents.get_mut(id) {
                 if mailbox.free() == empty && put(mailbox) {
                     *nudged = true;
                 }
@@ -309,6 +316,10 @@ impl<S, M: Mailbox> HostEngine<S, M> {
         if self.stopping {
             self.forget(id);
             return AfterMarker::Retire(state);
+        }
+        if let Some(Resident::Active { evict: true, .. }) = self.residents.get(id) {
+            self.forget(id);
+            return AfterMarker::Evicted(state);
         }
         self.active.remove(id);
         self.residents.insert(id.clone(), Resident::Idle { state, since: secs(now_ms) });
@@ -350,12 +361,16 @@ impl<S, M: Mailbox> HostEngine<S, M> {
     }
 
     /// The node's [`ActiveLimit`](super::ActiveLimit) picked `id` to leave memory. An idle
-    /// entity is taken out of the map, for its stop hook to run; a running one stays (it is in
-    /// use: the limit counts it as used again); one no longer here needs nothing.
+    /// entity is taken out of the map, for its stop hook to run; a running one finishes its
+    /// mailbox and then leaves instead of going idle ([`AfterMarker::Evicted`]), unless a
+    /// message comes for it first; one no longer here needs nothing.
     pub fn evict(&mut self, id: &EntityId) -> Evicted<S> {
-        match self.residents.get(id) {
+        match self.residents.get_mut(id) {
             None => Evicted::Gone,
-            Some(Resident::Active { .. }) => Evicted::Running,
+            Some(Resident::Active { evict, .. }) => {
+                *evict = true;
+                Evicted::Running
+            }
             Some(Resident::Idle { .. }) => match self.residents.remove(id) {
                 Some(Resident::Idle { state, .. }) => Evicted::Stop(state),
                 // Matched as idle just above.

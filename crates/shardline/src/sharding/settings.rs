@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use shardline_core::host::PassivationPolicy;
 use shardline_core::{RoundLimit, ShardId};
 
 use crate::journal::Journal;
@@ -29,6 +30,8 @@ pub struct EntitySettings {
     pub(crate) type_key: String,
     pub(crate) shards: u32,
     pub(crate) passivate_after: Option<Duration>,
+    pub(crate) max_active: Option<usize>,
+    pub(crate) passivation_policy: PassivationPolicy,
     pub(crate) ask_timeout: Duration,
     pub(crate) mailbox: usize,
     pub(crate) max_buffered: usize,
@@ -88,6 +91,8 @@ impl EntitySettings {
             type_key: type_key.into(),
             shards: 1_024,
             passivate_after: None,
+            max_active: None,
+            passivation_policy: PassivationPolicy::default(),
             ask_timeout: Duration::from_secs(5),
             mailbox: 1_024,
             max_buffered: 100_000,
@@ -169,6 +174,35 @@ impl EntitySettings {
     /// Stop entities idle for this long.
     pub fn passivate_after(mut self, d: Duration) -> Self {
         self.passivate_after = Some(d);
+        self
+    }
+
+    /// Keep at most `n` entities of this type in memory on each node (idle or running): past
+    /// it, each entity that comes in passivates the one used least recently (its stop hook
+    /// runs; an event-sourced entity recovers from its journal on its next message). Idle
+    /// passivation bounds memory only as fast as entities go quiet; this bounds it under a burst
+    /// of distinct ids. Running entities are never stopped for it: a node may be over by the
+    /// entities whose tasks are running. See [`passivation_policy`](Self::passivation_policy)
+    /// to keep a hot set through a scan of one-off ids.
+    ///
+    /// ```
+    /// use shardline::{EntitySettings, PassivationPolicy};
+    ///
+    /// let sessions = EntitySettings::new("session")
+    ///     .max_active(100_000)
+    ///     .passivation_policy(PassivationPolicy::FrequencyAdmission);
+    /// ```
+    pub fn max_active(mut self, n: usize) -> Self {
+        self.max_active = Some(n.max(1));
+        self
+    }
+
+    /// Which entity [`max_active`](Self::max_active) passivates to make room: the least
+    /// recently used (default), or W-TinyLFU's frequency admission, under which an id seen once
+    /// does not push out one asked for often (Akka's admission policy). Without `max_active`
+    /// it does nothing.
+    pub fn passivation_policy(mut self, policy: PassivationPolicy) -> Self {
+        self.passivation_policy = policy;
         self
     }
 

@@ -3,7 +3,10 @@
 //! stay, go idle, stop, hand over, how long to wait for the lease) is the engine's; this module
 //! carries the mailboxes and runs [`Entity::handle`].
 
+mod budget;
 mod task;
+
+pub(crate) use budget::Budget;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -61,10 +64,18 @@ pub(crate) struct ShardHost<E: Entity> {
     drained: Notify,
     /// The shard's fence in the type's journal, if it has one.
     claim: Option<Arc<ShardClaim>>,
+    /// The node's budget of entities in memory for the type, if it has one.
+    budget: Option<Arc<Budget<E>>>,
 }
 
 impl<E: Entity> ShardHost<E> {
-    pub fn new(shard: ShardId, epoch: Epoch, env: Arc<HostEnv>, claim: Option<Arc<ShardClaim>>) -> Arc<Self> {
+    pub fn new(
+        shard: ShardId,
+        epoch: Epoch,
+        env: Arc<HostEnv>,
+        claim: Option<Arc<ShardClaim>>,
+        budget: Option<Arc<Budget<E>>>,
+    ) -> Arc<Self> {
         let config = HostConfig::new(env.mailbox);
         Arc::new(ShardHost {
             shard,
@@ -75,11 +86,12 @@ impl<E: Entity> ShardHost<E> {
             tasks: AtomicUsize::new(0),
             drained: Notify::new(),
             claim,
+            budget,
         })
     }
 
     /// Restores entities from the state the previous owner handed over.
-    pub fn restore(&self, data: &[u8]) -> usize {
+    pub fn restore(self: &Arc<Self>, data: &[u8]) -> usize {
         let list = match decode_handover(data) {
             Ok(l) => l,
             Err(e) => {
@@ -88,16 +100,23 @@ impl<E: Entity> ShardHost<E> {
             }
         };
         let now = self.env.node.now_ms();
-        let mut engine = self.lock();
-        let mut n = 0;
-        for (id, bytes) in list {
-            let id = EntityId::new(id);
-            if let Some(state) = E::take_over(&id, &bytes) {
-                engine.restore(id, state, now);
-                n += 1;
+        let mut restored = Vec::new();
+        {
+            let mut engine = self.lock();
+            for (id, bytes) in list {
+                let id = EntityId::new(id);
+                if let Some(state) = E::take_over(&id, &bytes) {
+                    engine.restore(id.clone(), state, now);
+                    restored.push(id);
+                }
             }
         }
-        n
+        if let Some(budget) = &self.budget {
+            for id in &restored {
+                budget.touch(self, id);
+            }
+        }
+        restored.len()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HostEngine<E, Mailbox<E>>> {
@@ -165,6 +184,7 @@ impl<E: Entity> ShardHost<E> {
         let mut engine = self.lock();
         let mut rx = None;
         let size = self.env.mailbox;
+        let counted = self.budget.is_some();
         let delivery = engine.deliver(
             id,
             body,
@@ -176,8 +196,9 @@ impl<E: Entity> ShardHost<E> {
                 Mailbox { tx, abort: None }
             },
         );
+        let mut started = false;
         match delivery {
-            Delivery::Put(Ok(())) => {}
+            Delivery::Put(Ok(())) => started = counted,
             Delivery::Put(Err(mpsc::error::TrySendError::Full(body))) | Delivery::Full(body) => {
                 refuse(self.env.node.transport(), body, Refusal::MailboxFull(id))
             }
@@ -198,7 +219,12 @@ impl<E: Entity> ShardHost<E> {
                 self.tasks.fetch_add(1, Ordering::AcqRel);
                 let task = tokio::spawn(task::run(self.clone(), id.clone(), state, fresh, rx, first));
                 mailbox.abort = Some(task.abort_handle());
+                started = counted;
             }
+        }
+        drop(engine);
+        if let (true, Some(budget)) = (started, &self.budget) {
+            budget.touch(self, id);
         }
         Ok(())
     }
@@ -242,10 +268,25 @@ impl<E: Entity> ShardHost<E> {
         let expired = self.lock().passivate_idle(self.env.node.now_ms(), after.as_millis() as u64);
         let n = expired.len();
         for (id, mut state) in expired {
+            self.forget_counted(&id);
             let mut ctx = self.context(id);
             state.stopped(&mut ctx).await;
         }
         n
+    }
+
+    /// The budget picked the idle entity `id`, already out of the map: its stop hook runs off
+    /// the caller's path.
+    fn stop_evicted(self: &Arc<Self>, id: EntityId, mut state: E) {
+        let mut ctx = self.context(id);
+        tokio::spawn(async move { state.stopped(&mut ctx).await });
+    }
+
+    /// `id` left memory other than through the budget: it no longer counts.
+    fn forget_counted(&self, id: &EntityId) {
+        if let Some(budget) = &self.budget {
+            budget.forget(self.shard, id);
+        }
     }
 
     fn context(&self, id: EntityId) -> EntityContext {

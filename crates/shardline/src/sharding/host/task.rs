@@ -118,6 +118,7 @@ impl<E: Entity> Drop for TaskGuard<E> {
             tracing::error!(entity = %self.id, shard = %self.host.shard, "entity panicked: its state is dropped, the next message starts it afresh");
         }
         self.host.lock().task_failed(&self.id);
+        self.host.forget_counted(&self.id);
         self.rx.close();
         while let Ok(body) = self.rx.try_recv() {
             refuse(self.host.env.node.transport(), body, Refusal::StoppedBefore(&self.id));
@@ -183,6 +184,10 @@ pub(super) async fn run<E: Entity>(
                     continue;
                 }
                 (AfterMarker::Idle, _) => return guard.done(),
+                (AfterMarker::Evicted(mut s), _) => {
+                    s.stopped(&mut ctx).await;
+                    return guard.done();
+                }
                 (AfterMarker::Retire(mut s), _) => {
                     s.stopped(&mut ctx).await;
                     host.lock().handed(&id, s.hand_over());
@@ -221,6 +226,7 @@ pub(super) async fn run<E: Entity>(
                 (engine.passivated(&id, waiting.is_some()), waiting)
             };
             if !restart {
+                host.forget_counted(&id);
                 debug!(entity = %id, "passivated");
                 return guard.done();
             }

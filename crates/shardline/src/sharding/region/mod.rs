@@ -22,7 +22,7 @@ use super::ask::deadlines::Deadlines;
 use super::claim::ShardClaim;
 use super::entity::Entity;
 use super::envelope::{Body, Envelope};
-use super::host::{HostEnv, ShardHost};
+use super::host::{Budget, HostEnv, ShardHost};
 use super::message::{ReplyAddr, WireEnvelope};
 use super::refusal::{refuse, Refusal};
 use super::settings::EntitySettings;
@@ -61,6 +61,8 @@ pub(crate) struct Region<E: Entity> {
     routes: Box<[LocalRoute<E>]>,
     /// A passivation sweep runs.
     passivating: AtomicBool,
+    /// The node's budget of the type's entities in memory ([`EntitySettings::max_active`]).
+    budget: Option<Arc<Budget<E>>>,
 }
 
 /// What the node needs from a region of any type.
@@ -116,6 +118,7 @@ impl<E: Entity> Region<E> {
             .map(|per_second| RememberPace { per_second, at_once: settings.persistence.remember_at_once });
         let me = node.id().clone();
         let shards = settings.shards;
+        let settings_budget = settings.max_active.map(|max| Budget::new(max, settings.passivation_policy));
         let env = Arc::new(HostEnv {
             node: node.clone(),
             registry: Arc::new(node.clone()),
@@ -138,6 +141,7 @@ impl<E: Entity> Region<E> {
             }),
             routes: (0..shards).map(|_| RwLock::new(None)).collect(),
             passivating: AtomicBool::new(false),
+            budget: settings_budget,
         });
         Shared::start(&region);
         region
@@ -236,7 +240,10 @@ impl<E: Entity> Region<E> {
                     .journal
                     .as_ref()
                     .map(|j| ShardClaim::new(j.0.clone(), &self.settings.type_key, shard));
-                let host = ShardHost::new(shard, epoch, self.env.clone(), claim);
+                let host = ShardHost::new(shard, epoch, self.env.clone(), claim, self.budget.clone());
+                if let Some(budget) = &self.budget {
+                    budget.hosting(&host);
+                }
                 let restored = handover.map(|d| host.restore(&d)).unwrap_or(0);
                 info!(type_key = %self.type_key, %shard, %epoch, restored, "shard started");
                 self.node.ownership_log(&self.type_key, shard, epoch, true);
@@ -251,6 +258,9 @@ impl<E: Entity> Region<E> {
             }
             RegionCommand::StopShard { shard, epoch, fenced } => {
                 let host = st.hosts.remove(&shard);
+                if let Some(budget) = &self.budget {
+                    budget.stopped(shard);
+                }
                 if fenced {
                     if let Some(h) = host {
                         h.kill();
