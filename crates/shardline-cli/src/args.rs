@@ -366,7 +366,7 @@ pub struct DemoArgs {
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
     /// Which scenario.
-    #[arg(long, value_parser = ["local-ask", "remote-ask", "idle-memory", "rebalance", "failover", "journal", "durable-ask", "remember"])]
+    #[arg(long, value_parser = ["local-ask", "remote-ask", "idle-memory", "rebalance", "failover", "journal", "durable-ask", "remember", "passivation"])]
     pub scenario: String,
     /// The journal (journal and durable-ask scenarios): sqlite://PATH (default: a file in a
     /// fresh directory) or postgres://USER@HOST:PORT/DATABASE (the `postgres` feature).
@@ -392,7 +392,8 @@ pub struct BenchArgs {
     /// Concurrent callers (ask scenarios).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub concurrency: u64,
-    /// Entities: asked (ask scenarios), activated (idle-memory, rebalance); appends per writer
+    /// Entities: asked (ask scenarios), activated (idle-memory, rebalance), scanned past the
+    /// hot set (passivation, default 1,000,000); appends per writer
     /// (journal, default 1,000).
     #[arg(long)]
     pub entities: Option<u64>,

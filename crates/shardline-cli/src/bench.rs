@@ -30,6 +30,7 @@ pub async fn run(args: BenchArgs) -> i32 {
         "journal" => crate::journal_bench::journal(&args).await,
         "durable-ask" => crate::durable_bench::durable_ask(&args).await,
         "remember" => crate::remember_bench::remember(&args).await,
+        "passivation" => crate::passivation_bench::passivation(&args).await,
         other => Err(format!("unknown scenario {other}").into()),
     };
     match result {
@@ -243,7 +244,7 @@ async fn remote_ask(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
 
 /// The process's resident set, from `/proc/self/statm`; one that cannot be read is an error, not a
 /// zero that would read as no memory at all.
-fn rss_bytes() -> Result<u64, BoxError> {
+pub(crate) fn rss_bytes() -> Result<u64, BoxError> {
     let statm = std::fs::read_to_string("/proc/self/statm").map_err(|e| format!("/proc/self/statm: {e}"))?;
     let pages: u64 = statm
         .split_whitespace()

@@ -13,6 +13,7 @@ mod journal_bench;
 mod load;
 mod node;
 mod paired;
+mod passivation_bench;
 mod procs;
 mod remember_bench;
 mod standalone;
