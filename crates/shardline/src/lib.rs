@@ -67,17 +67,19 @@ mod transport;
 
 pub use clock::Clock;
 pub use cluster::{
-    AdminError, Cluster, ClusterBuilder, ClusterStatus, MemberReport, Readiness, RebalancingReport, ShardMapReport,
-    ShardReport,
+    AdminError, Cluster, ClusterBuilder, ClusterStatus, Formation, MemberReport, Readiness, RebalancingReport,
+    ShardMapReport, ShardReport,
 };
 pub use entity::{
     Entities, Entity, EntityContext, EntityHandle, EntityRef, EntitySettings, EventSourced, EventSourcedHandle,
-    EventSourcedSettings, RequestId, StrategyKind,
+    EventSourcedSettings, RequestId, RetryPolicy, StrategyKind,
 };
 pub use error::{ConfigError, Error, Processed, TransportError};
+pub use journal::Journal;
 pub use membership::{ClusterView, Gossip, GossipConfig, MembershipProvider};
 pub use sharding::ask::stats::AskStats;
 pub use sharding::region::Hosting;
+pub use sharding::settings::IntoJournal;
 pub use shardline_core::host::PassivationPolicy;
 pub use shardline_core::{DomainEvent, EntityId, Epoch, MemberStatus, NodeId, ShardId, TypeKey};
 #[cfg(feature = "dev-certs")]

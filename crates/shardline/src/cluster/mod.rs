@@ -6,10 +6,12 @@ pub(crate) mod admin;
 mod admin_auth;
 mod builder;
 mod dispatch;
+mod formed;
 mod readiness;
 
 pub use admin::{AdminError, ClusterStatus, MemberReport, RebalancingReport, ShardMapReport, ShardReport};
 pub use builder::ClusterBuilder;
+pub use formed::Formation;
 pub use readiness::Readiness;
 
 use std::any::TypeId;

@@ -455,7 +455,7 @@ impl<T: EventSourced> Clone for EventSourcedHandle<T> {
 }
 
 /// A request id unique across the nodes of a cluster and their restarts.
-fn fresh_request_id() -> RequestId {
+pub(super) fn fresh_request_id() -> RequestId {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     static START: std::sync::OnceLock<u128> = std::sync::OnceLock::new();
     let start = START.get_or_init(|| SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()));

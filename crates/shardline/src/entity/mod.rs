@@ -36,9 +36,11 @@
 pub mod event_sourced;
 mod handles;
 mod request_id;
+mod retry;
 
 pub use crate::sharding::entity::{Entity, EntityContext};
 pub use crate::sharding::settings::{EntitySettings, EventSourcedSettings, StrategyKind, CLOCK_SKEW_MARGIN};
 pub use event_sourced::{EventSourced, EventSourcedHandle, Persist, PersistError, Persistent};
 pub use handles::{Entities, EntityHandle, EntityRef};
 pub use request_id::RequestId;
+pub use retry::RetryPolicy;

@@ -44,6 +44,30 @@ pub struct EntitySettings {
     pub(crate) persistence: Persistence,
 }
 
+/// What [`EntitySettings::journal`] takes: a journal, or an `Arc` of one.
+pub trait IntoJournal {
+    /// The journal, shared.
+    fn into_journal(self) -> Arc<dyn Journal>;
+}
+
+impl<J: Journal> IntoJournal for J {
+    fn into_journal(self) -> Arc<dyn Journal> {
+        Arc::new(self)
+    }
+}
+
+impl<J: Journal> IntoJournal for Arc<J> {
+    fn into_journal(self) -> Arc<dyn Journal> {
+        self
+    }
+}
+
+impl IntoJournal for Arc<dyn Journal> {
+    fn into_journal(self) -> Arc<dyn Journal> {
+        self
+    }
+}
+
 /// The journal of an entity type (its own type only so that settings stay `Debug`).
 #[derive(Clone)]
 pub(crate) struct JournalRef(pub(crate) Arc<dyn Journal>);
@@ -109,8 +133,20 @@ impl EntitySettings {
     /// Where entities of this type keep their journal. A node that starts hosting a shard
     /// raises the shard's fence in it first, so that writes from an older owner are refused by
     /// the database (see [`EntityContext::claim_shard`](crate::EntityContext::claim_shard)).
-    pub fn journal(mut self, journal: Arc<dyn Journal>) -> Self {
-        self.journal = Some(JournalRef(journal));
+    ///
+    /// Takes any journal, or an `Arc` of one to share it between types:
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use shardline::journal::InMemoryJournal;
+    /// use shardline::{EntitySettings, Journal};
+    ///
+    /// let carts = EntitySettings::new("cart").journal(InMemoryJournal::new());
+    /// let shared: Arc<dyn Journal> = Arc::new(InMemoryJournal::new());
+    /// let orders = EntitySettings::new("order").journal(shared.clone());
+    /// ```
+    pub fn journal(mut self, journal: impl IntoJournal) -> Self {
+        self.journal = Some(JournalRef(journal.into_journal()));
         self
     }
 
@@ -236,6 +272,13 @@ impl EntitySettings {
     /// `VersionAware`, no limit for `ConsistentHash` and `Ranges`.
     pub fn rebalance_limit(mut self, absolute: usize, relative: f64) -> Self {
         self.rebalance_limit = Some(RoundLimit { absolute, relative });
+        self
+    }
+
+    /// How often the coordinator looks at the placement and moves shards (default 10 s): a
+    /// node that joins gets shards at the next round.
+    pub fn rebalance_interval(mut self, d: Duration) -> Self {
+        self.rebalance_interval = d;
         self
     }
 

@@ -1,0 +1,98 @@
+//! Asking an event-sourced entity until it answers, with one request id for every attempt: a
+//! retry after a timeout then applies the command at most once. A plain
+//! [`ask`](EventSourcedHandle::ask) draws a fresh id per call, so a caller that retried it on
+//! [`Error::Timeout`] could apply the command twice; every user ended up writing this loop.
+
+use std::time::Duration;
+
+use super::event_sourced::fresh_request_id;
+use super::{EventSourced, EventSourcedHandle};
+use crate::error::Error;
+
+/// How [`EventSourcedHandle::ask_retrying`] retries.
+///
+/// ```
+/// use std::time::Duration;
+/// use shardline::RetryPolicy;
+///
+/// let patient = RetryPolicy { attempts: 10, ..RetryPolicy::default() };
+/// assert_eq!(patient.backoff(0), Duration::from_millis(50));
+/// assert_eq!(patient.backoff(1), Duration::from_millis(100));
+/// assert_eq!(patient.backoff(9), Duration::from_secs(2), "capped");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included (at least one).
+    pub attempts: u32,
+    /// How long each attempt waits for its answer.
+    pub timeout: Duration,
+    /// The wait before the first retry; it doubles at each retry, up to `max_backoff`.
+    pub first_backoff: Duration,
+    /// The longest wait between two attempts.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// Five attempts of 5 s each, waiting 50 ms, then 100 ms, … at most 2 s between them.
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: 5,
+            timeout: Duration::from_secs(5),
+            first_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(2),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait after the failed attempt number `retry` (from 0).
+    pub fn backoff(&self, retry: u32) -> Duration {
+        self.first_backoff.saturating_mul(1u32 << retry.min(20)).min(self.max_backoff)
+    }
+
+    /// Whether an attempt that failed with `e` is tried again. With the same request id, an
+    /// attempt that may have been applied (a timeout, an unknown outcome) is safe to repeat: the
+    /// entity answers a repeat with the first reply. Not retried: a refusal that would come
+    /// again (`Rejected`), a reply that cannot be read (`ReplyLost`), and a request too old to
+    /// be recognised (`RequestExpired`).
+    pub fn retries(e: &Error) -> bool {
+        matches!(e, Error::Timeout(_) | Error::OutcomeUnknown(_) | Error::Unavailable(_) | Error::Overloaded(_))
+    }
+}
+
+impl<T: EventSourced> EventSourcedHandle<T> {
+    /// Sends a command to entity `id` until it answers, as `policy` says, with one request id
+    /// for every attempt: the command is applied at most once, however many attempts it takes.
+    /// The error is the last attempt's.
+    ///
+    /// ```no_run
+    /// # use shardline::{EventSourcedHandle, RetryPolicy};
+    /// # async fn pay<T: shardline::EventSourced<Command = u64>>(h: EventSourcedHandle<T>) -> Result<(), shardline::Error> {
+    /// h.ask_retrying("account-7", 100, RetryPolicy::default()).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn ask_retrying(
+        &self,
+        id: impl AsRef<str>,
+        command: T::Command,
+        policy: RetryPolicy,
+    ) -> Result<T::Reply, Error>
+    where
+        T::Command: Clone,
+    {
+        let request_id = fresh_request_id();
+        let mut retry = 0;
+        loop {
+            let attempt =
+                self.ask_timeout(id.as_ref(), command.clone(), Some(request_id.clone()), policy.timeout).await;
+            match attempt {
+                Err(e) if RetryPolicy::retries(&e) && retry + 1 < policy.attempts.max(1) => {
+                    tracing::debug!(entity = id.as_ref(), error = %e, retry, "ask failed: retried with the same request id");
+                    tokio::time::sleep(policy.backoff(retry)).await;
+                    retry += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! An event-sourced shopping cart on three nodes of one process, with the SQLite journal: the
+//! example to copy for durable entities.
+//!
+//! - `Cart` is an [`EventSourced`] type: `decide` turns a command into events and a reply,
+//!   `apply` folds an event into the state. Shardline persists the events before it answers, and
+//!   a cart recovers from its journal wherever its shard goes next.
+//! - `ask_retrying` sends each command with one request id for all its attempts: a retry after a
+//!   timeout gets the first reply and changes nothing.
+//! - The node that hosts a cart crashes; another node takes its shards and the cart is intact.
+//!
+//! ```sh
+//! cargo run -p shardline-sqlite --example cart
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use shardline::{Cluster, EntityId, EntitySettings, EventSourced, EventSourcedSettings, Gossip, RetryPolicy};
+use shardline_sqlite::SqliteJournal;
+
+#[derive(Default, Serialize, Deserialize)]
+struct Cart {
+    items: BTreeMap<String, u32>,
+    checked_out: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+enum CartCmd {
+    Add { item: String, qty: u32 },
+    CheckOut,
+    Get,
+}
+
+#[derive(Serialize, Deserialize)]
+enum CartEvent {
+    Added { item: String, qty: u32 },
+    CheckedOut,
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+enum CartReply {
+    Items(BTreeMap<String, u32>),
+    Refused(String),
+}
+
+impl EventSourced for Cart {
+    type Command = CartCmd;
+    type Event = CartEvent;
+    type Reply = CartReply;
+    const EVENT_TYPE: &'static str = "cart";
+
+    fn empty(_id: &EntityId) -> Self {
+        Cart::default()
+    }
+
+    fn apply(&mut self, event: &CartEvent) {
+        match event {
+            CartEvent::Added { item, qty } => *self.items.entry(item.clone()).or_default() += qty,
+            CartEvent::CheckedOut => self.checked_out = true,
+        }
+    }
+
+    fn decide(&self, cmd: CartCmd) -> (Vec<CartEvent>, CartReply) {
+        let mut after = self.items.clone();
+        let events = match cmd {
+            _ if self.checked_out => return (vec![], CartReply::Refused("checked out".into())),
+            CartCmd::Add { item, qty } => {
+                *after.entry(item.clone()).or_default() += qty;
+                vec![CartEvent::Added { item, qty }]
+            }
+            CartCmd::CheckOut if self.items.is_empty() => return (vec![], CartReply::Refused("empty".into())),
+            CartCmd::CheckOut => vec![CartEvent::CheckedOut],
+            CartCmd::Get => vec![],
+        };
+        (events, CartReply::Items(after))
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = std::env::temp_dir().join(format!("shardline-cart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    // One journal file for the three nodes (one per host in production, or PostgreSQL).
+    let journal = Arc::new(SqliteJournal::open(dir.join("carts.db"))?);
+    let mut nodes = Vec::new();
+    for name in ["a", "b", "c"] {
+        let mut builder = Cluster::builder().cluster_name("carts").node_name(name);
+        if let Some(first) = nodes.first().map(|(c, _): &(Cluster, _)| c.local_addr().to_string()) {
+            builder = builder.membership(Gossip::new([first]));
+        }
+        let cluster = builder.build().await?;
+        let settings =
+            EntitySettings::new("cart").shards(16).journal(journal.clone()).rebalance_interval(Duration::from_secs(1));
+        let carts = cluster.register_event_sourced::<Cart>(settings, EventSourcedSettings::default()).await?;
+        nodes.push((cluster, carts));
+    }
+    // Send nothing before the three nodes serve.
+    nodes[0].0.formed(3).await?;
+
+    let add = |item: &str, qty| CartCmd::Add { item: item.into(), qty };
+    let (_, carts) = &nodes[1];
+    carts.ask_retrying("cart-1", add("apple", 2), RetryPolicy::default()).await?;
+    carts.ask_retrying("cart-1", add("pear", 1), RetryPolicy::default()).await?;
+    carts.ask_retrying("cart-1", add("apple", 1), RetryPolicy::default()).await?;
+
+    // Crash the node hosting cart-1 (or c, when it is the first, the others' seed); its shards
+    // move to the others, which read the cart back from the journal.
+    let home = carts.entities().shard_homes()[carts.entities().shard_of("cart-1").index()].clone();
+    let crashed = (1..3).find(|&i| Some(nodes[i].0.node_id()) == home.as_ref()).unwrap_or(2);
+    nodes[crashed].0.crash();
+    println!("crashed node {}, which hosted cart-1", nodes[crashed].0.node_id());
+    let (_, survivor) = &nodes[if crashed == 1 { 2 } else { 1 }];
+    // Retries ride out the failover (the crashed node's shards are taken once it is declared down).
+    let patient = RetryPolicy { attempts: 40, timeout: Duration::from_secs(2), ..RetryPolicy::default() };
+    let items = survivor.ask_retrying("cart-1", CartCmd::Get, patient).await?;
+    println!("cart-1 after the crash: {items:?}");
+    let expected = CartReply::Items([("apple".to_string(), 3), ("pear".to_string(), 1)].into());
+    if items != expected {
+        return Err(format!("cart-1 lost its contents: {items:?}").into());
+    }
+    survivor.ask_retrying("cart-1", CartCmd::CheckOut, patient).await?;
+    let refused = survivor.ask_retrying("cart-1", add("plum", 1), patient).await?;
+    println!("adding to a checked-out cart: {refused:?}");
+    for (i, (cluster, _)) in nodes.iter().enumerate().rev() {
+        if i != crashed {
+            cluster.leave().await?;
+        }
+    }
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
