@@ -169,13 +169,16 @@ impl ClusterBuilder {
                 tls.certifies(&name).map_err(|e| ConfigError::Invalid { name: "tls", reason: e.to_string() })?
             }
             None if self.network.is_some() => {}
-            None => warn!(
-                node = %name,
-                %addr,
-                "NO TLS: node-to-node traffic is neither encrypted nor authenticated, and anyone who reaches \
-                 this address can join the cluster; give the node a certificate (--tls-cert, --tls-key, --tls-ca) \
-                 outside development"
-            ),
+            None => {
+                let why = "NO TLS: node-to-node traffic is neither encrypted nor authenticated, and anyone who \
+                           reaches this address can join the cluster; give the node a certificate outside \
+                           development (ClusterBuilder::tls, or the CLI's --tls-cert, --tls-key, --tls-ca)";
+                warn!(node = %name, %addr, "{why}");
+                // An application that installed no subscriber would never see it.
+                if !tracing::dispatcher::has_been_set() {
+                    eprintln!("shardline: node {name} at {addr}: {why}");
+                }
+            }
         }
         let admin_auth =
             super::admin_auth::AdminAuth::new(&self.cluster_name, self.admin_secret.as_deref(), tconf.tls.is_some());

@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use shardline_core::{DomainEvent, Epoch, NodeId, ShardId, Term, TypeKey};
 use tokio::sync::broadcast;
-use tracing::info;
+use tracing::{debug, info};
 
 use super::ask::deadlines::Deadlines;
 use super::ask::pending::Pending;
@@ -111,7 +111,16 @@ impl Node {
 
     /// Hands a coordinator's domain event to whoever listens (and the log).
     pub fn publish(&self, type_key: &TypeKey, e: DomainEvent) {
-        info!(type_key = %type_key, event = ?e, "cluster event");
+        // One shard's move is a line per shard (a thousand at a node's start): debug. What
+        // concerns the whole cluster, and a hand-off that timed out, stay at info.
+        match e {
+            DomainEvent::ShardAssigned { .. }
+            | DomainEvent::ShardMigrated { .. }
+            | DomainEvent::StaleShardStopped { .. } => {
+                debug!(type_key = %type_key, event = ?e, "cluster event")
+            }
+            _ => info!(type_key = %type_key, event = ?e, "cluster event"),
+        }
         let _ = self.shared.events.send((type_key.clone(), e));
     }
 

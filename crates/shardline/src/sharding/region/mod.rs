@@ -16,7 +16,7 @@ use shardline_core::{
     Epoch, NodeId, RegionCommand, RegionConfig, RegionEngine, RegionMessage, RememberPace, SendFailure, ShardId, Term,
     ToRegion, TypeKey,
 };
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use super::ask::deadlines::Deadlines;
 use super::claim::ShardClaim;
@@ -245,7 +245,7 @@ impl<E: Entity> Region<E> {
                     budget.hosting(&host);
                 }
                 let restored = handover.map(|d| host.restore(&d)).unwrap_or(0);
-                info!(type_key = %self.type_key, %shard, %epoch, restored, "shard started");
+                debug!(type_key = %self.type_key, %shard, %epoch, restored, "shard started");
                 self.node.ownership_log(&self.type_key, shard, epoch, true);
                 st.hosts.insert(shard, host);
             }
@@ -254,7 +254,7 @@ impl<E: Entity> Region<E> {
                     h.raise_epoch(to);
                 }
                 // Not an ownership change: the ownership log keeps its one interval.
-                info!(type_key = %self.type_key, %shard, %from, %to, "shard stays here at a newer epoch");
+                debug!(type_key = %self.type_key, %shard, %from, %to, "shard stays here at a newer epoch");
             }
             RegionCommand::StopShard { shard, epoch, fenced } => {
                 let host = st.hosts.remove(&shard);
