@@ -85,6 +85,7 @@ done
 echo "== examples"
 cargo run --release -q -p shardline --example counter
 cargo run --release -q -p shardline --example devices
+cargo run --release -q -p shardline --example daemon
 cargo run --release -q -p shardline-sqlite --example cart
 echo "== demo (short run)"
 mkdir -p target

@@ -70,6 +70,7 @@ pub use cluster::{
     AdminError, Cluster, ClusterBuilder, ClusterStatus, Formation, MemberReport, Readiness, RebalancingReport,
     ShardMapReport, ShardReport,
 };
+pub use entity::daemon::{DaemonContext, DaemonHandle};
 pub use entity::{
     Entities, Entity, EntityContext, EntityHandle, EntityRef, EntitySettings, EventSourced, EventSourcedHandle,
     EventSourcedSettings, RequestId, RetryPolicy, StrategyKind,

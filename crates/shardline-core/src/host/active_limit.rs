@@ -35,12 +35,14 @@ pub enum PassivationPolicy {
     LeastRecentlyUsed,
     /// W-TinyLFU: a new entity passes a small window first and stays only if it is asked for
     /// more often than the entity it would replace; ids asked for once do not push out the hot
-    /// set (see the [module docs](self)).
+    /// set. The window is 1% of the limit; frequencies are counted in a count-min sketch of 4-bit
+    /// counters, halved after ten increments per entity of the limit.
     FrequencyAdmission,
 }
 
-/// The entities of one type in memory on a node, at most `max` of them (see the
-/// [module docs](self)). `K` names an entity (the driver uses shard and id).
+/// The entities of one type in memory on a node, at most `max` of them: each one that comes in
+/// past the limit pushes one out, chosen by the [`PassivationPolicy`]. `K` names an entity (the
+/// driver uses shard and id).
 #[derive(Debug)]
 pub struct ActiveLimit<K> {
     max: usize,

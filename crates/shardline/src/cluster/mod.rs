@@ -5,6 +5,7 @@
 pub(crate) mod admin;
 mod admin_auth;
 mod builder;
+mod daemons;
 mod dispatch;
 mod formed;
 mod readiness;

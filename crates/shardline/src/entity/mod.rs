@@ -33,6 +33,7 @@
 //! }
 //! ```
 
+pub mod daemon;
 pub mod event_sourced;
 mod handles;
 mod request_id;

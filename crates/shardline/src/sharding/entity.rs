@@ -58,6 +58,9 @@ pub trait Entity: Sized + Send + 'static {
 pub(crate) trait Registry: Send + Sync {
     /// The region of a registered type, by the type's `TypeId`.
     fn typed(&self, id: TypeId) -> Option<Arc<dyn Any + Send + Sync>>;
+    /// What the layers above keep for the entities of a type key (a daemon's worker): several
+    /// types may share one Rust type, which `typed` cannot tell apart.
+    fn extension(&self, type_key: &str) -> Option<Arc<dyn Any + Send + Sync>>;
 }
 
 /// What an entity knows about itself while it runs.

@@ -38,6 +38,8 @@ struct Shared {
     log: Option<Mutex<std::fs::File>>,
     /// Each registered type's region, by the entity's Rust type (downcast by typed handles).
     typed: RwLock<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+    /// What the layers above keep per type key for the type's entities (a daemon's worker).
+    extensions: RwLock<HashMap<String, Arc<dyn Any + Send + Sync>>>,
 }
 
 impl Node {
@@ -61,6 +63,7 @@ impl Node {
                 events,
                 log: log.map(Mutex::new),
                 typed: RwLock::new(HashMap::new()),
+                extensions: RwLock::new(HashMap::new()),
             }),
         }
     }
@@ -159,10 +162,19 @@ impl Node {
     pub fn typed(&self, id: TypeId) -> Option<Arc<dyn Any + Send + Sync>> {
         self.shared.typed.read().unwrap_or_else(|e| e.into_inner()).get(&id).cloned()
     }
+
+    /// Keeps `value` for the entities of `type_key` (see [`Registry::extension`]).
+    pub fn add_extension(&self, type_key: &str, value: Arc<dyn Any + Send + Sync>) {
+        self.shared.extensions.write().unwrap_or_else(|e| e.into_inner()).insert(type_key.to_string(), value);
+    }
 }
 
 impl Registry for Node {
     fn typed(&self, id: TypeId) -> Option<Arc<dyn Any + Send + Sync>> {
         Node::typed(self, id)
+    }
+
+    fn extension(&self, type_key: &str) -> Option<Arc<dyn Any + Send + Sync>> {
+        self.shared.extensions.read().unwrap_or_else(|e| e.into_inner()).get(type_key).cloned()
     }
 }

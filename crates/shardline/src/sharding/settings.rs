@@ -40,6 +40,8 @@ pub struct EntitySettings {
     pub(crate) strategy: StrategyKind,
     pub(crate) rebalance_limit: Option<RoundLimit>,
     pub(crate) partition_key: Option<PartitionKey>,
+    /// Chooses the shard outright (a daemon's worker index is its shard), instead of hashing.
+    pub(crate) shard_by: Option<ShardBy>,
     pub(crate) journal: Option<JournalRef>,
     pub(crate) persistence: Persistence,
 }
@@ -88,6 +90,16 @@ impl std::fmt::Debug for PartitionKey {
     }
 }
 
+/// Maps an entity id to its shard directly.
+#[derive(Clone)]
+pub(crate) struct ShardBy(pub(crate) Arc<dyn Fn(&str) -> ShardId + Send + Sync>);
+
+impl std::fmt::Debug for ShardBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ShardBy(..)")
+    }
+}
+
 /// Which allocation strategy the coordinator uses.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub enum StrategyKind {
@@ -125,6 +137,7 @@ impl EntitySettings {
             strategy: StrategyKind::default(),
             rebalance_limit: None,
             partition_key: None,
+            shard_by: None,
             journal: None,
             persistence: Persistence::default(),
         }
@@ -194,6 +207,9 @@ impl EntitySettings {
 
     /// The shard entity `id` belongs to under these settings.
     pub fn shard_of(&self, id: &str) -> ShardId {
+        if let Some(by) = &self.shard_by {
+            return (by.0)(id);
+        }
         let key = match &self.partition_key {
             Some(k) => (k.0)(id),
             None => id,
