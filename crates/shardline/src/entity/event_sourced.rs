@@ -51,6 +51,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::request_id::RequestId;
+use super::schema::decode_old;
 use crate::sharding::settings::CLOCK_SKEW_MARGIN;
 
 use serde::de::DeserializeOwned;
@@ -75,7 +76,9 @@ pub trait EventSourced: Serialize + DeserializeOwned + Sized + Send + 'static {
 
     /// The type name stored with every event; a reader refuses events of another name.
     const EVENT_TYPE: &'static str;
-    /// The schema version stored with every event and snapshot; a reader refuses newer ones.
+    /// The schema version stored with every event and snapshot; a reader refuses newer ones,
+    /// reads older events through [`upcast`](Self::upcast), and skips an older snapshot (it
+    /// replays the events instead, which the journal keeps).
     const SCHEMA_VERSION: u32 = 1;
 
     /// The state before any event.
@@ -87,6 +90,15 @@ pub trait EventSourced: Serialize + DeserializeOwned + Sized + Send + 'static {
     /// Decides what a command does: the events to persist (none for a read) and the reply, which
     /// the caller gets only once the events are durable.
     fn decide(&self, command: Self::Command) -> (Vec<Self::Event>, Self::Reply);
+
+    /// Reads an event that version `version` (older than [`SCHEMA_VERSION`](Self::SCHEMA_VERSION))
+    /// of this type stored: an upcaster, as Akka's event adapters. The default reads it as the
+    /// current event type, which holds while every change kept the encoding; see
+    /// [`decode_old`] for what does not, and an example.
+    fn upcast(version: u32, payload: &[u8]) -> Result<Self::Event, String> {
+        let _ = version;
+        decode_old(payload)
+    }
 
     /// The events and reply of a command that needs no state (a fact to log, a value to set),
     /// or None (the default) when it does. Such a command sent to an entity that has not been
@@ -206,6 +218,12 @@ impl<T: EventSourced> Persistent<T> {
                     T::SCHEMA_VERSION
                 )));
             }
+            // The state's encoding may have changed with the version: the events, which the
+            // journal keeps and `upcast` reads, rebuild it.
+            Some(s) if s.schema_version < T::SCHEMA_VERSION => {
+                tracing::info!(%pid, at = s.seq, version = s.schema_version, "older snapshot skipped: replaying the events");
+                (T::empty(&self.id), 0)
+            }
             Some(s) => {
                 let state = postcard::from_bytes(&s.payload).map_err(|e| {
                     PersistError::Unreadable(format!("{pid}: snapshot at {} cannot be decoded: {e}", s.seq))
@@ -231,9 +249,19 @@ impl<T: EventSourced> Persistent<T> {
                 if stored.seq != last + 1 {
                     return Err(PersistError::Unreadable(format!("{pid}: event {} follows {last}", stored.seq)));
                 }
-                let event: T::Event = postcard::from_bytes(&e.payload).map_err(|err| {
-                    PersistError::Unreadable(format!("{pid} event {}: cannot be decoded: {err}", stored.seq))
-                })?;
+                let event: T::Event = if e.schema_version < T::SCHEMA_VERSION {
+                    T::upcast(e.schema_version, &e.payload).map_err(|err| {
+                        let v = e.schema_version;
+                        PersistError::Unreadable(format!(
+                            "{pid} event {} of version {v}: cannot be upcast: {err}",
+                            stored.seq
+                        ))
+                    })?
+                } else {
+                    postcard::from_bytes(&e.payload).map_err(|err| {
+                        PersistError::Unreadable(format!("{pid} event {}: cannot be decoded: {err}", stored.seq))
+                    })?
+                };
                 state.apply(&event);
                 last = stored.seq;
             }

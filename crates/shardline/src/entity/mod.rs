@@ -38,6 +38,7 @@ pub mod event_sourced;
 mod handles;
 mod request_id;
 mod retry;
+mod schema;
 
 pub use crate::sharding::entity::{Entity, EntityContext};
 pub use crate::sharding::settings::{EntitySettings, EventSourcedSettings, StrategyKind, CLOCK_SKEW_MARGIN};
@@ -45,3 +46,4 @@ pub use event_sourced::{EventSourced, EventSourcedHandle, Persist, PersistError,
 pub use handles::{Entities, EntityHandle, EntityRef};
 pub use request_id::RequestId;
 pub use retry::RetryPolicy;
+pub use schema::decode_old;
