@@ -53,8 +53,10 @@ impl Cluster {
         // One shard per worker: spread as shards are. Every node must register the same count.
         let mut settings = EntitySettings::new(&type_key).shards(n);
         settings.shard_by = Some(ShardBy(Arc::new(move |id| shard_of_worker(id, n))));
-        self.inner.node.add_extension(&type_key, Arc::new(Worker(f)));
+        // Registered first: a name taken already is refused before its worker is replaced. A
+        // keep-alive that comes in between finds no worker and is answered by the next one.
         let workers = self.register::<DaemonWorker>(settings).await?;
+        self.inner.node.add_extension(&type_key, Arc::new(Worker(f)));
         let (count, ceiling) = (Arc::new(AtomicU32::new(n)), Arc::new(AtomicU32::new(n)));
         let handle = DaemonHandle {
             name: name.to_string(),

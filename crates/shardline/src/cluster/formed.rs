@@ -75,12 +75,12 @@ impl Cluster {
     /// registered later is placed later.
     ///
     /// ```no_run
-    /// # async fn run() -> Result<(), shardline::Error> {
     /// use std::time::Duration;
-    /// # let cluster: shardline::Cluster = unimplemented!();
-    /// // Three nodes are starting: send nothing before all three serve.
-    /// cluster.formed_within(3, Duration::from_secs(30)).await?;
-    /// # Ok(()) }
+    ///
+    /// async fn start(cluster: &shardline::Cluster) -> Result<(), shardline::Error> {
+    ///     // Three nodes are starting: send nothing before all three serve.
+    ///     cluster.formed_within(3, Duration::from_secs(30)).await
+    /// }
     /// ```
     pub async fn formed_within(&self, members: usize, timeout: Duration) -> Result<(), Error> {
         let started = Instant::now();

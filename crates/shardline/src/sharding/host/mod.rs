@@ -184,7 +184,6 @@ impl<E: Entity> ShardHost<E> {
         let mut engine = self.lock();
         let mut rx = None;
         let size = self.env.mailbox;
-        let counted = self.budget.is_some();
         let delivery = engine.deliver(
             id,
             body,
@@ -196,9 +195,10 @@ impl<E: Entity> ShardHost<E> {
                 Mailbox { tx, abort: None }
             },
         );
-        let mut started = false;
+        // The entity is in memory and in use: the budget counts it as the most recently used.
+        let mut in_use = false;
         match delivery {
-            Delivery::Put(Ok(())) => started = counted,
+            Delivery::Put(Ok(())) => in_use = true,
             Delivery::Put(Err(mpsc::error::TrySendError::Full(body))) | Delivery::Full(body) => {
                 refuse(self.env.node.transport(), body, Refusal::MailboxFull(id))
             }
@@ -219,11 +219,11 @@ impl<E: Entity> ShardHost<E> {
                 self.tasks.fetch_add(1, Ordering::AcqRel);
                 let task = tokio::spawn(task::run(self.clone(), id.clone(), state, fresh, rx, first));
                 mailbox.abort = Some(task.abort_handle());
-                started = counted;
+                in_use = true;
             }
         }
         drop(engine);
-        if let (true, Some(budget)) = (started, &self.budget) {
+        if let (true, Some(budget)) = (in_use, &self.budget) {
             budget.touch(self, id);
         }
         Ok(())
