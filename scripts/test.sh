@@ -87,6 +87,7 @@ cargo run --release -q -p shardline --example counter
 cargo run --release -q -p shardline --example devices
 cargo run --release -q -p shardline --example daemon
 cargo run --release -q -p shardline-sqlite --example cart
+cargo run --release -q -p shardline-sqlite --example reminders
 echo "== demo (short run)"
 mkdir -p target
 cargo run --release -q -p shardline-cli -- demo --duration-secs 2 --entities 2000 --json target/demo-smoke.json

@@ -366,9 +366,9 @@ pub struct DemoArgs {
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
     /// Which scenario.
-    #[arg(long, value_parser = ["local-ask", "remote-ask", "idle-memory", "rebalance", "failover", "journal", "durable-ask", "remember", "passivation"])]
+    #[arg(long, value_parser = ["local-ask", "remote-ask", "idle-memory", "rebalance", "failover", "journal", "durable-ask", "remember", "passivation", "reminders"])]
     pub scenario: String,
-    /// The journal (journal and durable-ask scenarios): sqlite://PATH (default: a file in a
+    /// The journal (journal, durable-ask and reminders scenarios): sqlite://PATH (default: a file in a
     /// fresh directory) or postgres://USER@HOST:PORT/DATABASE (the `postgres` feature).
     #[arg(long)]
     pub store: Option<StoreSpec>,
@@ -393,7 +393,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub concurrency: u64,
     /// Entities: asked (ask scenarios), activated (idle-memory, rebalance), scanned past the
-    /// hot set (passivation, default 1,000,000); appends per writer
+    /// hot set (passivation, default 1,000,000); reminders pending (reminders, default
+    /// 1,000,000); appends per writer
     /// (journal, default 1,000).
     #[arg(long)]
     pub entities: Option<u64>,

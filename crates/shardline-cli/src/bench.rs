@@ -31,6 +31,7 @@ pub async fn run(args: BenchArgs) -> i32 {
         "durable-ask" => crate::durable_bench::durable_ask(&args).await,
         "remember" => crate::remember_bench::remember(&args).await,
         "passivation" => crate::passivation_bench::passivation(&args).await,
+        "reminders" => crate::reminders_bench::reminders(&args).await,
         other => Err(format!("unknown scenario {other}").into()),
     };
     match result {

@@ -64,6 +64,7 @@ async fn appends(journal: &Arc<dyn Journal>, run: usize, per_writer: u64) -> Res
                     remember: false,
                     reply: None,
                     keep_replies: std::time::Duration::ZERO,
+                    reminders: Vec::new(),
                 };
                 journal.append(request).await.map_err(|e| format!("{pid} append {seq}: {e}"))?;
             }
@@ -212,6 +213,7 @@ async fn recovery(journal: &Arc<dyn Journal>, run: usize) -> Result<(f64, f64), 
                 remember: false,
                 reply: None,
                 keep_replies: std::time::Duration::ZERO,
+                reminders: Vec::new(),
             };
             journal.append(request).await?;
         }

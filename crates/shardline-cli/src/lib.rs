@@ -1,6 +1,7 @@
 //! The demo application of the `shardline` binary: its entity types, shared with the tests.
 
 pub mod account;
+pub mod alarm;
 pub mod attempts;
 pub mod heap;
 pub mod history;
@@ -16,6 +17,7 @@ use shardline::journal::Journal;
 use shardline::{Cluster, ConfigError, EntityHandle, EntitySettings, StrategyKind};
 
 pub use account::{Account, AccountCmd, AccountReply, Echo, MemoryAccount};
+pub use alarm::{register_alarms, Alarm, AlarmCmd, Alarms};
 
 /// Settings of the demo's account type.
 pub fn account_settings(shards: u32) -> EntitySettings {

@@ -16,6 +16,7 @@ mod paired;
 mod passivation_bench;
 mod procs;
 mod remember_bench;
+mod reminders_bench;
 mod standalone;
 
 use clap::Parser;

@@ -16,7 +16,7 @@ use crate::args::NodeArgs;
 use shardline::membership::lease::LeaseConfig;
 use shardline::GossipConfig;
 use shardline_cli::membership::{lease_config, provider_with};
-use shardline_cli::{account_type, register_accounts_with, register_memory_accounts, store, Echo};
+use shardline_cli::{account_type, register_accounts_with, register_alarms, register_memory_accounts, store, Echo};
 
 /// The entity types every demo node serves; accounts keep their journal in `journal`, and are
 /// remembered (restarted where their shard starts, at most `remember` per second) when it says.
@@ -27,12 +27,13 @@ pub async fn register_all(
     journal: Arc<dyn Journal>,
     remember: Option<u32>,
 ) -> Result<(), shardline::ConfigError> {
-    let accounts = account_type(shards, strategy, Some(journal));
+    let accounts = account_type(shards, strategy, Some(journal.clone()));
     let accounts = match remember {
         Some(per_second) => accounts.remember_entities(per_second),
         None => accounts,
     };
     register_accounts_with(cluster, accounts).await?;
+    register_alarms(cluster, shards, Some(journal)).await?;
     cluster.register::<Echo>(EntitySettings::new("echo").shards(shards)).await?;
     // The demo's floor: the same accounts in memory.
     register_memory_accounts(cluster, shards, strategy).await?;

@@ -86,6 +86,7 @@ async fn a_million_events_recover_in_bounded_memory() {
             remember: false,
             reply: None,
             keep_replies: std::time::Duration::ZERO,
+            reminders: Vec::new(),
         };
         last = journal.append(request).await.expect("appended");
     }

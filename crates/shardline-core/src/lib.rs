@@ -21,6 +21,7 @@
 //! | moving shards | [`CoordinatorEngine`] (on the leader), [`RegionEngine`] (on every node), [`Departure`] (a graceful leave) |
 //! | who is alive | [`lease::LeaseEngine`] (membership on a coordination store), [`gossip::GossipEngine`] (SWIM) |
 //! | who survives a partition | [`SplitBrainPolicy`] |
+//! | durable reminders: which to read, which are due | [`reminder::ReminderSchedule`] |
 //! | what happened | [`DomainEvent`], [`ClusterReadModel`] |
 //!
 //! ## Invariants the engines keep (checked by the simulation)
@@ -46,6 +47,7 @@ pub mod membership;
 pub mod protocol;
 pub mod read_models;
 pub mod region;
+pub mod reminder;
 pub mod shard_map;
 pub mod split_brain;
 

@@ -3,16 +3,17 @@
 //! batch runs them: one statement, or one statement per append pipelined on the connection.
 
 use shardline::journal::{AppendRequest, JournalError};
-use shardline_core::Epoch;
 use tokio_postgres::Client;
 
 use crate::connection::db;
+use crate::reminders::{stored_fence, ChangeArrays};
 use crate::sql::{col, to_i64, to_u64};
 
-/// Every check and write of an append in one statement: nothing is written unless the fence and
-/// the expected sequence number allow it and its request id has no recorded reply yet, and the
-/// statement says which check failed (with the recorded reply) instead of raising an error, so a
-/// refused append does not abort the transaction around it.
+/// Every check and write of an append in one statement: nothing is written (events, remembered
+/// entity, reply, reminder changes) unless the fence and the expected sequence number allow it
+/// and its request id has no recorded reply yet, and the statement says which check failed
+/// (with the recorded reply) instead of raising an error, so a refused append does not abort the
+/// transaction around it. Its reminder changes name distinct reminders (see `reminders`).
 ///
 /// The sequence check reads the entity's keys from the expected last event to the one after: the
 /// expected last must be there (unless none is expected) and the next must not. An entity's
@@ -50,6 +51,22 @@ WITH fence AS (
     WHERE persistence_id = $3 AND $12::TEXT IS NOT NULL AND EXISTS (SELECT 1 FROM ok)
       AND request_id <> $12::TEXT
       AND recorded_at < (EXTRACT(EPOCH FROM now()) * 1000)::BIGINT - $14::BIGINT
+), rset AS (
+    INSERT INTO shardline_reminders (type_key, entity_id, name, shard, due_ms, every_ms)
+    SELECT $1, s.entity_id, s.name, $2, s.due_ms, s.every_ms
+    FROM ok, UNNEST($15::TEXT[], $16::TEXT[], $17::BIGINT[], $18::BIGINT[]) AS s(entity_id, name, due_ms, every_ms)
+    ON CONFLICT (type_key, entity_id, name) DO UPDATE
+        SET shard = EXCLUDED.shard, due_ms = EXCLUDED.due_ms, every_ms = EXCLUDED.every_ms
+), rdrop AS (
+    DELETE FROM shardline_reminders r
+    USING ok, UNNEST($19::TEXT[], $20::TEXT[], $21::TEXT[], $22::BIGINT[]) AS d(type_key, entity_id, name, due_ms)
+    WHERE r.type_key = d.type_key AND r.entity_id = d.entity_id AND r.name = d.name
+        AND (d.due_ms IS NULL OR r.due_ms = d.due_ms)
+), rmove AS (
+    UPDATE shardline_reminders r SET due_ms = m.next_ms
+    FROM ok, UNNEST($23::TEXT[], $24::TEXT[], $25::TEXT[], $26::BIGINT[], $27::BIGINT[])
+        AS m(type_key, entity_id, name, due_ms, next_ms)
+    WHERE r.type_key = m.type_key AND r.entity_id = m.entity_id AND r.name = m.name AND r.due_ms = m.due_ms
 )
 SELECT (SELECT term FROM fence), (SELECT seq FROM fence),
     CASE WHEN (SELECT at FROM last) THEN $6::BIGINT
@@ -60,7 +77,8 @@ SELECT (SELECT term FROM fence), (SELECT seq FROM fence),
 /// [`APPEND`] for a whole batch of appends to distinct persistence ids, in one statement: the
 /// server runs one statement per batch instead of one per append. (A batch that appends twice to
 /// one entity takes the pipelined path: within one statement the second append would not see
-/// the first one's events.) Answers one row per append, in order, shaped like [`APPEND`]'s.
+/// the first one's events; likewise a batch that changes one reminder twice, counting all its
+/// appends.) Answers one row per append, in order, shaped like [`APPEND`]'s.
 pub(crate) const APPEND_MANY: &str = "
 WITH req AS (
     SELECT * FROM UNNEST($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::BIGINT[], $5::BIGINT[], $6::BIGINT[],
@@ -100,6 +118,27 @@ WITH req AS (
     DELETE FROM shardline_replies d USING ok
     WHERE d.persistence_id = ok.pid AND ok.request_id IS NOT NULL AND d.request_id <> ok.request_id
       AND d.recorded_at < (EXTRACT(EPOCH FROM now()) * 1000)::BIGINT - ok.keep_ms
+), rset AS (
+    INSERT INTO shardline_reminders (type_key, entity_id, name, shard, due_ms, every_ms)
+    SELECT ok.type_key, s.entity_id, s.name, ok.shard, s.due_ms, s.every_ms
+    FROM UNNEST($18::BIGINT[], $19::TEXT[], $20::TEXT[], $21::BIGINT[], $22::BIGINT[])
+        AS s(idx, entity_id, name, due_ms, every_ms)
+    JOIN ok ON ok.idx = s.idx
+    ON CONFLICT (type_key, entity_id, name) DO UPDATE
+        SET shard = EXCLUDED.shard, due_ms = EXCLUDED.due_ms, every_ms = EXCLUDED.every_ms
+), rdrop AS (
+    DELETE FROM shardline_reminders r
+    USING UNNEST($23::BIGINT[], $24::TEXT[], $25::TEXT[], $26::TEXT[], $27::BIGINT[])
+        AS d(idx, type_key, entity_id, name, due_ms)
+    JOIN ok ON ok.idx = d.idx
+    WHERE r.type_key = d.type_key AND r.entity_id = d.entity_id AND r.name = d.name
+        AND (d.due_ms IS NULL OR r.due_ms = d.due_ms)
+), rmove AS (
+    UPDATE shardline_reminders r SET due_ms = m.next_ms
+    FROM UNNEST($28::BIGINT[], $29::TEXT[], $30::TEXT[], $31::TEXT[], $32::BIGINT[], $33::BIGINT[])
+        AS m(idx, type_key, entity_id, name, due_ms, next_ms)
+    JOIN ok ON ok.idx = m.idx
+    WHERE r.type_key = m.type_key AND r.entity_id = m.entity_id AND r.name = m.name AND r.due_ms = m.due_ms
 )
 SELECT f.term, f.seq,
     CASE WHEN l.at THEN r.expected
@@ -134,6 +173,7 @@ pub(crate) async fn batched_appends(
     let replies: Vec<Option<&[u8]>> = args.iter().map(|a| a.reply).collect();
     let (mut ev_idx, mut ev_ord, mut names, mut versions, mut payloads) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut reminders = ChangeArrays::default();
     for (i, a) in args.iter().enumerate() {
         for (k, name) in a.names.iter().enumerate() {
             ev_idx.push(i as i64 + 1);
@@ -142,8 +182,11 @@ pub(crate) async fn batched_appends(
             versions.push(a.versions[k]);
             payloads.push(a.payloads[k]);
         }
+        for c in &a.req.reminders {
+            reminders.push(i as i64 + 1, &a.req.fence.type_key, c)?;
+        }
     }
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 17] = [
+    let head: [&(dyn tokio_postgres::types::ToSql + Sync); 17] = [
         &type_keys,
         &shards,
         &pids,
@@ -162,6 +205,8 @@ pub(crate) async fn batched_appends(
         &versions,
         &payloads,
     ];
+    let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+        head.into_iter().chain(reminders.params_by_append()).collect();
     let rows = client.query(statement, &params);
     let (rows, committed) = in_transaction(client, rows).await?;
     if rows.len() != requests.len() {
@@ -186,7 +231,7 @@ pub(crate) async fn pipelined_appends(
     for req in requests {
         args.push(AppendArgs::new(req)?);
     }
-    let params: Vec<[&(dyn tokio_postgres::types::ToSql + Sync); 14]> = args.iter().map(AppendArgs::params).collect();
+    let params: Vec<Vec<&(dyn tokio_postgres::types::ToSql + Sync)>> = args.iter().map(AppendArgs::params).collect();
     let statements = futures_util::future::join_all(params.iter().map(|p| client.query_one(statement, &p[..])));
     let all = async { statements.await.into_iter().collect::<Result<Vec<_>, _>>() };
     let (rows, committed) = in_transaction(client, all).await?;
@@ -238,10 +283,15 @@ pub(crate) struct AppendArgs<'a> {
     request_id: Option<&'a str>,
     reply: Option<&'a [u8]>,
     keep_ms: i64,
+    reminders: ChangeArrays<'a>,
 }
 
 impl<'a> AppendArgs<'a> {
     pub(crate) fn new(req: &'a AppendRequest) -> Result<Self, JournalError> {
+        let mut reminders = ChangeArrays::default();
+        for c in &req.reminders {
+            reminders.push(0, &req.fence.type_key, c)?;
+        }
         Ok(AppendArgs {
             req,
             shard: i64::from(req.fence.shard.0),
@@ -254,11 +304,13 @@ impl<'a> AppendArgs<'a> {
             request_id: req.reply.as_ref().map(|r| r.request_id.as_str()),
             reply: req.reply.as_ref().map(|r| r.reply.as_slice()),
             keep_ms: i64::try_from(req.keep_replies.as_millis()).unwrap_or(i64::MAX),
+            reminders,
         })
     }
 
-    pub(crate) fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 14] {
-        [
+    /// [`APPEND`]'s parameters, in order.
+    pub(crate) fn params(&self) -> Vec<&(dyn tokio_postgres::types::ToSql + Sync)> {
+        let head: [&(dyn tokio_postgres::types::ToSql + Sync); 14] = [
             &self.req.fence.type_key,
             &self.shard,
             &self.req.persistence_id,
@@ -273,7 +325,8 @@ impl<'a> AppendArgs<'a> {
             &self.request_id,
             &self.reply,
             &self.keep_ms,
-        ]
+        ];
+        head.into_iter().chain(self.reminders.params()).collect()
     }
 }
 
@@ -285,12 +338,7 @@ pub(crate) fn append_outcome(req: &AppendRequest, row: &tokio_postgres::Row) -> 
     if written {
         return Ok(req.expected_seq + req.events.len() as u64);
     }
-    let what = format!("fence of {} shard {}", req.fence.type_key, req.fence.shard.0);
-    let stored = match (col::<Option<i64>>(row, 0)?, col::<Option<i64>>(row, 1)?) {
-        (Some(t), Some(s)) => Some(Epoch { term: to_u64(t, &what, 0, "term")?, seq: to_u64(s, &what, 0, "seq")? }),
-        _ => None,
-    };
-    req.fence.admitted_by(stored)?;
+    req.fence.admitted_by(stored_fence(row, &req.fence)?)?;
     if let (Some(r), Some(reply)) = (&req.reply, col::<Option<Vec<u8>>>(row, 4)?) {
         return Err(JournalError::Duplicate { persistence_id: pid.clone(), request_id: r.request_id.clone(), reply });
     }

@@ -18,6 +18,10 @@
 //!   writes, and raising a fence updates that row, so a raise either waits for the append's
 //!   commit or the append sees the raised fence. An append from another process racing on the
 //!   same sequence numbers hits the primary key and is a `Conflict`.
+//! - **Reminders** (`reminders`): a row each, changed a kind at a time over unnested arrays in
+//!   one statement that checks the fence (an append's changes in the append's own statement,
+//!   written only if the append is); a shard's due ones read a page at a time from an index by
+//!   (type, shard, due time, entity, name), ids compared byte by byte as Rust compares them.
 //! - **A database that is down** gives `Unavailable` to every request meanwhile; the task connects
 //!   again on the next request, so the node serves again without a restart.
 //! - **Schema**: the tables live in a schema of their own (default `shardline`), migrated in
@@ -35,6 +39,7 @@ mod coordination;
 #[cfg(test)]
 mod plans;
 mod reader;
+mod reminders;
 mod schema;
 mod sql;
 mod tls;

@@ -7,6 +7,7 @@ use tokio::sync::mpsc;
 use tokio_postgres::{Client, Statement};
 
 use crate::connection::{connect, db};
+use crate::reminders::{due_reminders, DUE_REMINDERS, DUE_REMINDERS_AFTER};
 use crate::sql::{
     highest_term, last_seq, load_snapshot, read, recorded_replies, recorded_reply, remembered, HIGHEST_TERM, LAST_SEQ,
     LOAD_SNAPSHOT, READ, RECORDED_REPLIES, RECORDED_REPLY, REMEMBERED,
@@ -25,21 +26,44 @@ struct Reads {
     recorded_replies: Statement,
     remembered: Statement,
     highest_term: Statement,
+    due_reminders: Statement,
+    due_reminders_after: Statement,
 }
 
 impl Reads {
     async fn open(config: &PostgresConfig) -> Result<Reads, JournalError> {
         let client = connect(config).await?;
         let prepared = futures_util::future::try_join_all(
-            [READ, LAST_SEQ, LOAD_SNAPSHOT, RECORDED_REPLY, RECORDED_REPLIES, REMEMBERED, HIGHEST_TERM]
-                .map(|q| client.prepare(q)),
+            [
+                READ,
+                LAST_SEQ,
+                LOAD_SNAPSHOT,
+                RECORDED_REPLY,
+                RECORDED_REPLIES,
+                REMEMBERED,
+                HIGHEST_TERM,
+                DUE_REMINDERS,
+                DUE_REMINDERS_AFTER,
+            ]
+            .map(|q| client.prepare(q)),
         )
         .await
         .map_err(db)?;
-        let [read, last_seq, load_snapshot, recorded_reply, recorded_replies, remembered, highest_term] =
-            <[Statement; 7]>::try_from(prepared)
-                .map_err(|p| JournalError::Failed(format!("{} statements prepared of 7", p.len())))?;
-        Ok(Reads { client, read, last_seq, load_snapshot, recorded_reply, recorded_replies, remembered, highest_term })
+        let [read, last_seq, load_snapshot, recorded_reply, recorded_replies, remembered, highest_term, due_reminders, due_reminders_after] =
+            <[Statement; 9]>::try_from(prepared)
+                .map_err(|p| JournalError::Failed(format!("{} statements prepared of 9", p.len())))?;
+        Ok(Reads {
+            client,
+            read,
+            last_seq,
+            load_snapshot,
+            recorded_reply,
+            recorded_replies,
+            remembered,
+            highest_term,
+            due_reminders,
+            due_reminders_after,
+        })
     }
 
     /// Runs a request that only reads (see [`is_read`]).
@@ -57,6 +81,9 @@ impl Reads {
             }
             Job::Remembered(t, s, r) => Outcome::Ids(r, remembered(c, &self.remembered, &t, s).await),
             Job::HighestTerm(r) => Outcome::Seq(r, highest_term(c, &self.highest_term).await),
+            Job::DueReminders(q, r) => {
+                Outcome::Reminders(r, due_reminders(c, &self.due_reminders, &self.due_reminders_after, &q).await)
+            }
             other => Outcome::failed(other, JournalError::Failed("a write was taken for a read".into())),
         }
     }
@@ -73,6 +100,7 @@ pub(crate) fn is_read(job: &Job) -> bool {
             | Job::RecordedReplies(..)
             | Job::Remembered(..)
             | Job::HighestTerm(_)
+            | Job::DueReminders(..)
     )
 }
 

@@ -34,6 +34,16 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE shardline_replies
         ADD COLUMN recorded_at BIGINT NOT NULL DEFAULT (EXTRACT(EPOCH FROM now()) * 1000)::BIGINT;
      CREATE INDEX shardline_replies_by_time ON shardline_replies (persistence_id, recorded_at);",
+    // 4: durable reminders, one per (entity type, entity, name) with the shard that owns the
+    // entity, and the order a shard's owner reads them in (due time, entity, name): a page of the
+    // reminders due soon is a range of that index, never a scan of every pending one. Entity ids
+    // and names compare byte by byte (`"C"`), as Rust orders strings, so that the database's order
+    // and a page's position (`(due_ms, entity_id, name) > (...)`) are the journal's.
+    "CREATE TABLE shardline_reminders (
+        type_key TEXT NOT NULL, entity_id TEXT COLLATE \"C\" NOT NULL, name TEXT COLLATE \"C\" NOT NULL,
+        shard BIGINT NOT NULL, due_ms BIGINT NOT NULL, every_ms BIGINT NOT NULL,
+        PRIMARY KEY (type_key, entity_id, name));
+     CREATE INDEX shardline_reminders_due ON shardline_reminders (type_key, shard, due_ms, entity_id, name);",
 ];
 
 pub(crate) async fn migrate(client: &Client, schema: &str) -> Result<(), JournalError> {

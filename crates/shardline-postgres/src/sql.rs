@@ -7,6 +7,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::{GenericClient, Transaction};
 
 use crate::connection::db;
+use crate::reminders;
 
 /// The statements of the reads, prepared once by the reader (and run as text by a write that
 /// reads in its savepoint).
@@ -104,7 +105,13 @@ pub(crate) async fn last_seq(
     to_u64(col(&row, 0)?, pid, 0, "last sequence number")
 }
 
-pub(crate) async fn append(tx: &Transaction<'_>, req: AppendRequest) -> Result<u64, JournalError> {
+/// An append in the writer's savepoint, a statement per step; `change` is
+/// [`CHANGE_REMINDERS`](crate::reminders::CHANGE_REMINDERS), for its reminder changes.
+pub(crate) async fn append(
+    tx: &Transaction<'_>,
+    change: &(impl Query + ?Sized),
+    req: AppendRequest,
+) -> Result<u64, JournalError> {
     check_fence(tx, &req.fence).await?;
     let pid = &req.persistence_id;
     if let Some(r) = &req.reply {
@@ -120,6 +127,8 @@ pub(crate) async fn append(tx: &Transaction<'_>, req: AppendRequest) -> Result<u
     if last != req.expected_seq {
         return Err(JournalError::Conflict { persistence_id: pid.clone(), expected: req.expected_seq, actual: last });
     }
+    // Before anything is written: a refused change refuses the append.
+    reminders::refuse(&req.reminders)?;
     if !req.events.is_empty() {
         let seqs: Vec<i64> =
             (0..req.events.len()).map(|i| to_i64(last + 1 + i as u64, "sequence number")).collect::<Result<_, _>>()?;
@@ -173,6 +182,9 @@ pub(crate) async fn append(tx: &Transaction<'_>, req: AppendRequest) -> Result<u
         )
         .await
         .map_err(db)?;
+    }
+    if !req.reminders.is_empty() {
+        reminders::apply(tx, change, &req.fence, &req.reminders).await?;
     }
     Ok(new_last)
 }

@@ -6,23 +6,25 @@ use std::collections::HashSet;
 use shardline::journal::queue::{Job, Outcome};
 use shardline::journal::{AppendRequest, BoxFuture, JournalError};
 use tokio::sync::mpsc;
-use tokio_postgres::{Client, Transaction};
+use tokio_postgres::{Client, Statement, Transaction};
 use tracing::warn;
 
 use crate::batch::{batched_appends, pipelined_appends, APPEND, APPEND_MANY};
 use crate::connection::{connect, db};
 use crate::reader::is_read;
+use crate::reminders::{change_in_one, change_reminders, fit_one_statement, one_statement, CHANGE_REMINDERS};
 use crate::sql::{append, forget, raise_fence, save_snapshot};
 use crate::PostgresConfig;
 
 /// Most requests one transaction takes.
 const MAX_BATCH: usize = 256;
 
-/// The writer's connection, with its append statement prepared once.
+/// The writer's connection, with its append and reminder statements prepared once.
 struct Conn {
     client: Client,
-    append: tokio_postgres::Statement,
-    append_many: tokio_postgres::Statement,
+    append: Statement,
+    append_many: Statement,
+    change_reminders: Statement,
 }
 
 async fn open_conn(config: &PostgresConfig, client: Option<Client>) -> Result<Conn, JournalError> {
@@ -32,11 +34,13 @@ async fn open_conn(config: &PostgresConfig, client: Option<Client>) -> Result<Co
     };
     let append = client.prepare(APPEND).await.map_err(db)?;
     let append_many = client.prepare(APPEND_MANY).await.map_err(db)?;
-    Ok(Conn { client, append, append_many })
+    let change_reminders = client.prepare(CHANGE_REMINDERS).await.map_err(db)?;
+    Ok(Conn { client, append, append_many, change_reminders })
 }
 
 /// Hands each request to a task: reads to the reader, writes to a writer (those of one
-/// persistence id always to the same one, so their order is kept; the rest to the first).
+/// persistence id always to the same one, so their order is kept, and so are the reminder
+/// changes of one shard; the rest to the first).
 ///
 /// Reads have a connection of their own so that they do not wait for the writers' batches: a
 /// recovery reads twice in a row (its snapshot and replies, then its events), and behind a
@@ -48,22 +52,24 @@ pub(crate) async fn route(mut rx: mpsc::Receiver<Job>, reader: mpsc::Sender<Job>
         let to = if is_read(&job) {
             &reader
         } else {
-            let pid = match &job {
-                Job::Append(req, _) => Some(req.persistence_id.as_str()),
-                Job::SaveSnapshot(_, pid, ..) => Some(pid.as_str()),
+            let key = match &job {
+                Job::Append(req, _) => Some(hash(req.persistence_id.as_str())),
+                Job::SaveSnapshot(_, pid, ..) => Some(hash(pid.as_str())),
+                Job::ChangeReminders(f, ..) => Some(hash((f.type_key.as_str(), f.shard))),
                 _ => None,
             };
-            let i = pid.map_or(0, |p| {
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                std::hash::Hash::hash(p, &mut h);
-                (std::hash::Hasher::finish(&h) % writers.len() as u64) as usize
-            });
-            &writers[i]
+            &writers[key.map_or(0, |k| (k % writers.len() as u64) as usize)]
         };
         if let Err(mpsc::error::SendError(job)) = to.send(job).await {
             job.fail(JournalError::Unavailable("the journal's writer stopped".into()));
         }
     }
+}
+
+fn hash(key: impl std::hash::Hash) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut h);
+    std::hash::Hasher::finish(&h)
 }
 
 /// The next request and every other one already waiting behind it, up to [`MAX_BATCH`].
@@ -114,7 +120,7 @@ pub(crate) async fn writer(config: PostgresConfig, first_client: Option<Client>,
 /// Runs a batch (the appends in one transaction, anything else in another) and answers every
 /// request once its commit's fate is known: nothing is acknowledged before it is durable.
 async fn run_batch(conn: &mut Conn, batch: Vec<Job>) -> Result<(), JournalError> {
-    let Conn { client, append, append_many } = conn;
+    let Conn { client, append, append_many, change_reminders } = conn;
     if batch.is_empty() {
         return Ok(());
     }
@@ -122,24 +128,34 @@ async fn run_batch(conn: &mut Conn, batch: Vec<Job>) -> Result<(), JournalError>
     // snapshot): before, a claim in a batch sent every append of it down the savepoint path,
     // eight round trips or so each, and so did an append that waited alone.
     let (appends, rest): (Vec<Job>, Vec<Job>) = batch.into_iter().partition(|j| matches!(j, Job::Append(..)));
-    let appended =
-        if appends.is_empty() { Ok(()) } else { appends_at_once(client, append, append_many, appends).await };
-    let rest = if rest.is_empty() { Ok(()) } else { one_by_one(client, rest).await };
+    let appended = if appends.is_empty() {
+        Ok(())
+    } else {
+        appends_at_once(client, [append, append_many, change_reminders], appends).await
+    };
+    let rest = if rest.is_empty() { Ok(()) } else { one_by_one(client, change_reminders, rest).await };
     appended.and(rest)
 }
 
-/// Runs appends (nothing else) in one transaction, in one statement when their entities are
-/// distinct, else one statement each, pipelined; one savepoint at a time when a statement failed.
+/// Runs appends (nothing else) in one transaction, in one statement when their entities (and
+/// the reminders they change) are distinct, else one statement each, pipelined; one savepoint at
+/// a time when a statement failed, or when an append's reminder changes need it (one is refused,
+/// or changes a reminder twice). `statements`: [`APPEND`], [`APPEND_MANY`], [`CHANGE_REMINDERS`].
 async fn appends_at_once(
     client: &mut Client,
-    append: &tokio_postgres::Statement,
-    append_many: &tokio_postgres::Statement,
+    statements: [&Statement; 3],
     batch: Vec<Job>,
 ) -> Result<(), JournalError> {
+    let [append, append_many, change] = statements;
     let requests: Vec<&AppendRequest> =
         batch.iter().filter_map(|j| if let Job::Append(r, _) = j { Some(&**r) } else { None }).collect();
+    if !fit_one_statement(&requests, false) {
+        // Refused in its savepoint after the checks that come first (fence, sequence number), as
+        // every journal does; or applied in order, a statement per change of the same reminder.
+        return one_by_one(client, change, batch).await;
+    }
     let distinct = requests.iter().map(|r| r.persistence_id.as_str()).collect::<HashSet<_>>().len();
-    let result = if requests.len() > 1 && distinct == requests.len() {
+    let result = if requests.len() > 1 && distinct == requests.len() && fit_one_statement(&requests, true) {
         batched_appends(client, append_many, &requests).await
     } else {
         pipelined_appends(client, append, &requests).await
@@ -163,13 +179,14 @@ async fn appends_at_once(
         // took the transaction down: nothing of it was written. Go one savepoint at a time.
         Err(e) => {
             warn!(error = %e, "pipelined appends failed; running them one by one");
-            one_by_one(client, batch).await
+            one_by_one(client, change, batch).await
         }
     }
 }
 
-/// Runs requests in one transaction, each in a savepoint of its own, in order.
-async fn one_by_one(client: &mut Client, batch: Vec<Job>) -> Result<(), JournalError> {
+/// Runs requests in one transaction, each in a savepoint of its own, in order (`change`:
+/// [`CHANGE_REMINDERS`], prepared).
+async fn one_by_one(client: &mut Client, change: &Statement, batch: Vec<Job>) -> Result<(), JournalError> {
     let mut tx = match client.transaction().await {
         Ok(tx) => tx,
         Err(e) => {
@@ -182,7 +199,7 @@ async fn one_by_one(client: &mut Client, batch: Vec<Job>) -> Result<(), JournalE
     };
     let mut outcomes = Vec::with_capacity(batch.len());
     for job in batch {
-        outcomes.push(run_job(&mut tx, job).await);
+        outcomes.push(run_job(&mut tx, change, job).await);
     }
     let committed = tx.commit().await.map_err(|e| match db(e) {
         JournalError::Unavailable(m) => JournalError::CommitUnknown(m),
@@ -194,14 +211,25 @@ async fn one_by_one(client: &mut Client, batch: Vec<Job>) -> Result<(), JournalE
     committed
 }
 
-async fn run_job(tx: &mut Transaction<'_>, job: Job) -> Outcome {
+async fn run_job(tx: &mut Transaction<'_>, change: &Statement, job: Job) -> Outcome {
+    // The statement goes into each savepoint's future (a clone is a reference count).
+    let change = change.clone();
     match job {
         Job::RaiseFence(f, r) => Outcome::Epoch(r, in_savepoint(tx, |sp| Box::pin(raise_fence(sp, f))).await),
-        Job::Append(req, r) => Outcome::Seq(r, in_savepoint(tx, |sp| Box::pin(append(sp, *req))).await),
+        Job::Append(req, r) => {
+            Outcome::Seq(r, in_savepoint(tx, |sp| Box::pin(async move { append(sp, &change, *req).await })).await)
+        }
         Job::SaveSnapshot(f, pid, s, r) => {
             Outcome::Unit(r, in_savepoint(tx, |sp| Box::pin(save_snapshot(sp, f, pid, s))).await)
         }
         Job::Forget(f, id, r) => Outcome::Unit(r, in_savepoint(tx, |sp| Box::pin(forget(sp, f, id))).await),
+        Job::ChangeReminders(f, changes, r) if one_statement(&changes) => {
+            Outcome::Unit(r, change_in_one(tx, &change, f, changes).await)
+        }
+        Job::ChangeReminders(f, changes, r) => Outcome::Unit(
+            r,
+            in_savepoint(tx, |sp| Box::pin(async move { change_reminders(sp, &change, f, changes).await })).await,
+        ),
         // Reads go to the reader (see `route`).
         other => Outcome::failed(other, JournalError::Failed("a read was taken for a write".into())),
     }

@@ -23,6 +23,7 @@ use shardline::journal::{JournalError, QueuedJournal};
 mod bench;
 mod connection;
 mod coordination;
+mod reminders;
 mod schema;
 mod sql;
 mod wal;

@@ -40,6 +40,14 @@ const MIGRATIONS: &[&str] = &[
     // 4: the newest replies read through the index by time (with the row id, in the order they
     // were recorded) rather than one by sequence number: one B-tree fewer written per reply.
     "DROP INDEX shardline_replies_by_seq;",
+    // 5: durable reminders, one per (entity type, entity, name) with the shard that owns the
+    // entity, and the order a shard's owner reads them in (due time, entity, name): a page of the
+    // reminders due soon is a range of that index, never a scan of every pending one.
+    "CREATE TABLE shardline_reminders (
+        type_key TEXT NOT NULL, entity_id TEXT NOT NULL, name TEXT NOT NULL, shard INTEGER NOT NULL,
+        due_ms INTEGER NOT NULL, every_ms INTEGER NOT NULL, PRIMARY KEY (type_key, entity_id, name))
+        WITHOUT ROWID;
+     CREATE INDEX shardline_reminders_due ON shardline_reminders (type_key, shard, due_ms, entity_id, name);",
 ];
 
 /// A file of a newer schema version than this build knows.

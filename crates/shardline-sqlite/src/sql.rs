@@ -8,6 +8,7 @@ use shardline::journal::{AppendRequest, EventRecord, Fence, JournalError, Record
 use shardline_core::{Epoch, ShardId};
 
 use crate::connection::db;
+use crate::reminders;
 
 pub(crate) fn to_i64(v: u64, what: &str) -> Result<i64, JournalError> {
     i64::try_from(v).map_err(|_| JournalError::Failed(format!("{what} {v} does not fit the database")))
@@ -35,7 +36,7 @@ fn stored_fence(c: &Connection, type_key: &str, shard: ShardId) -> Result<Option
     .transpose()
 }
 
-fn check_fence(c: &Connection, f: &Fence) -> Result<(), JournalError> {
+pub(crate) fn check_fence(c: &Connection, f: &Fence) -> Result<(), JournalError> {
     f.admitted_by(stored_fence(c, &f.type_key, f.shard)?)
 }
 
@@ -78,6 +79,7 @@ pub(crate) fn append(c: &Connection, req: &AppendRequest) -> Result<u64, Journal
     if last != req.expected_seq {
         return Err(JournalError::Conflict { persistence_id: pid.clone(), expected: req.expected_seq, actual: last });
     }
+    reminders::refuse_problems(&req.reminders)?;
     let mut insert = c
         .prepare_cached(
             "INSERT INTO shardline_events (persistence_id, seq, type_name, schema_version, payload)
@@ -95,6 +97,7 @@ pub(crate) fn append(c: &Connection, req: &AppendRequest) -> Result<u64, Journal
             .execute(params![req.fence.type_key, req.fence.shard.0, req.entity_id])
             .map_err(db)?;
     }
+    reminders::apply(c, &req.fence, &req.reminders)?;
     if let Some(r) = &req.reply {
         let seq = to_i64(new_last, "sequence number")?;
         let now = now_ms();

@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use crate::connection::db;
+use crate::reminders::{change_reminders, due_reminders};
 use crate::sql::{
     append, forget, highest_term, last_seq, load_snapshot, raise_fence, read, recorded_replies, recorded_reply,
     remembered, save_snapshot,
@@ -74,6 +75,10 @@ fn run_job(tx: &mut Transaction<'_>, job: Job) -> Outcome {
         Job::Remembered(t, s, r) => Outcome::Ids(r, remembered(tx, &t, s)),
         Job::Forget(f, id, r) => Outcome::Unit(r, in_savepoint(tx, |sp| forget(sp, &f, &id))),
         Job::HighestTerm(r) => Outcome::Seq(r, highest_term(tx)),
+        Job::ChangeReminders(f, changes, r) => {
+            Outcome::Unit(r, in_savepoint(tx, |sp| change_reminders(sp, &f, &changes)))
+        }
+        Job::DueReminders(q, r) => Outcome::Reminders(r, due_reminders(tx, &q)),
     }
 }
 

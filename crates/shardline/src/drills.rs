@@ -155,6 +155,7 @@ pub async fn two_owners_of_one_shard(journal: Arc<dyn Journal>, prefix: &str) ->
         remember: false,
         reply: None,
         keep_replies: Duration::from_secs(60),
+        reminders: Vec::new(),
     };
     match journal.append(late).await {
         Err(JournalError::Fenced { mine, stored: Some(stored), .. }) if mine == old_epoch && stored >= new_epoch => {}

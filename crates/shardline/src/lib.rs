@@ -73,7 +73,7 @@ pub use cluster::{
 pub use entity::daemon::{DaemonContext, DaemonHandle};
 pub use entity::{
     Entities, Entity, EntityContext, EntityHandle, EntityRef, EntitySettings, EventSourced, EventSourcedHandle,
-    EventSourcedSettings, RequestId, RetryPolicy, StrategyKind,
+    EventSourcedSettings, Reminder, RequestId, RetryPolicy, StrategyKind, When,
 };
 pub use error::{ConfigError, Error, Processed, TransportError};
 pub use journal::Journal;

@@ -10,8 +10,8 @@ use common::{eventually, logs};
 use serde::{Deserialize, Serialize};
 use shardline::journal::conformance::append;
 use shardline::journal::{
-    AppendRequest, BoxFuture, EventRecord, Fence, InMemoryJournal, Journal, JournalError, RecordedReply, Snapshot,
-    StoredEvent,
+    AppendRequest, BoxFuture, EventRecord, Fence, InMemoryJournal, Journal, JournalError, RecordedReply,
+    ReminderChange, ReminderPosition, Snapshot, StoredEvent, StoredReminder,
 };
 use shardline::{
     Cluster, EntityId, EntitySettings, Epoch, Error, EventSourced, EventSourcedHandle, EventSourcedSettings, Gossip,
@@ -222,6 +222,21 @@ impl Journal for Watched {
     fn forget(&self, fence: &Fence, entity_id: &str) -> BoxFuture<'_, Result<(), JournalError>> {
         self.inner.forget(fence, entity_id)
     }
+    fn change_reminders(&self, fence: &Fence, changes: Vec<ReminderChange>) -> BoxFuture<'_, Result<(), JournalError>> {
+        self.inner.change_reminders(fence, changes)
+    }
+
+    fn due_reminders(
+        &self,
+        type_key: &str,
+        shard: ShardId,
+        after: Option<ReminderPosition>,
+        until_ms: u64,
+        max: usize,
+    ) -> BoxFuture<'_, Result<Vec<StoredReminder>, JournalError>> {
+        self.inner.due_reminders(type_key, shard, after, until_ms, max)
+    }
+
     fn highest_term(&self) -> BoxFuture<'_, Result<u64, JournalError>> {
         self.inner.highest_term()
     }

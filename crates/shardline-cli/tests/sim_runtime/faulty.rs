@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use shardline::journal::{
-    AppendRequest, Fence, InMemoryJournal, Journal, JournalError, RecordedReply, Snapshot, StoredEvent,
+    AppendRequest, Fence, InMemoryJournal, Journal, JournalError, RecordedReply, ReminderChange, ReminderPosition,
+    Snapshot, StoredEvent, StoredReminder,
 };
 use shardline::membership::BoxFuture;
 use shardline::{Epoch, ShardId};
@@ -111,6 +112,21 @@ impl Journal for FaultyJournal {
 
     fn forget(&self, fence: &Fence, entity_id: &str) -> BoxFuture<'_, Result<(), JournalError>> {
         self.inner.forget(fence, entity_id)
+    }
+
+    fn change_reminders(&self, fence: &Fence, changes: Vec<ReminderChange>) -> BoxFuture<'_, Result<(), JournalError>> {
+        self.inner.change_reminders(fence, changes)
+    }
+
+    fn due_reminders(
+        &self,
+        type_key: &str,
+        shard: ShardId,
+        after: Option<ReminderPosition>,
+        until_ms: u64,
+        max: usize,
+    ) -> BoxFuture<'_, Result<Vec<StoredReminder>, JournalError>> {
+        self.inner.due_reminders(type_key, shard, after, until_ms, max)
     }
 
     fn highest_term(&self) -> BoxFuture<'_, Result<u64, JournalError>> {

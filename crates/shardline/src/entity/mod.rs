@@ -41,8 +41,9 @@ mod retry;
 mod schema;
 
 pub use crate::sharding::entity::{Entity, EntityContext};
+pub use crate::sharding::reminders::{Reminder, When};
 pub use crate::sharding::settings::{EntitySettings, EventSourcedSettings, StrategyKind, CLOCK_SKEW_MARGIN};
-pub use event_sourced::{EventSourced, EventSourcedHandle, Persist, PersistError, Persistent};
+pub use event_sourced::{EventSourced, EventSourcedHandle, Persist, PersistError, Persistent, Remind};
 pub use handles::{Entities, EntityHandle, EntityRef};
 pub use request_id::RequestId;
 pub use retry::RetryPolicy;

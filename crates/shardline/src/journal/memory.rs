@@ -2,13 +2,17 @@
 //! be switched "down" to test what callers do when the database is unreachable.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use shardline_core::{Epoch, ShardId};
 
-use super::{AppendRequest, BoxFuture, Fence, Journal, JournalError, RecordedReply, Snapshot, StoredEvent};
+use super::{
+    AppendRequest, BoxFuture, Fence, Journal, JournalError, RecordedReply, ReminderChange, ReminderPosition, Snapshot,
+    StoredEvent, StoredReminder,
+};
 
 #[derive(Default)]
 struct Tables {
@@ -17,6 +21,10 @@ struct Tables {
     snapshots: HashMap<String, Snapshot>,
     replies: HashMap<String, Replies>,
     remembered: HashMap<(String, ShardId), BTreeSet<String>>,
+    /// Reminders by (type, entity, name): their shard, due time and period.
+    reminders: HashMap<(String, String, String), (ShardId, u64, u64)>,
+    /// The same, in the order a shard's owner reads them: (type, shard, due, entity, name).
+    reminders_due: BTreeSet<(String, ShardId, u64, String, String)>,
 }
 
 /// The replies of one persistence id: by request id, and in the order they were recorded.
@@ -48,6 +56,56 @@ impl Tables {
     /// The fence check every write makes first.
     fn check_fence(&self, fence: &Fence) -> Result<(), JournalError> {
         fence.admitted_by(self.fences.get(&(fence.type_key.clone(), fence.shard)).copied())
+    }
+
+    /// Reminder changes, all or none: every due time is checked before the first is applied.
+    fn change_reminders(&mut self, fence: &Fence, changes: Vec<ReminderChange>) -> Result<(), JournalError> {
+        if let Some(problem) = changes.iter().find_map(ReminderChange::problem) {
+            return Err(JournalError::Failed(problem));
+        }
+        let type_key = &fence.type_key;
+        for c in changes {
+            match c {
+                ReminderChange::Set(r) => {
+                    self.remove_reminder(type_key, &r.entity_id, &r.name, None);
+                    let key = (type_key.clone(), r.entity_id.clone(), r.name.clone());
+                    self.reminders.insert(key, (fence.shard, r.due_ms, r.every_ms));
+                    self.reminders_due.insert((type_key.clone(), fence.shard, r.due_ms, r.entity_id, r.name));
+                }
+                ReminderChange::Cancel { entity_id, name } => {
+                    self.remove_reminder(type_key, &entity_id, &name, None);
+                }
+                ReminderChange::Fired { entity_id, name, due_ms, next_ms } => {
+                    if let Some((shard, _, every)) = self.remove_reminder(type_key, &entity_id, &name, Some(due_ms)) {
+                        if let Some(next) = next_ms {
+                            let key = (type_key.clone(), entity_id.clone(), name.clone());
+                            self.reminders.insert(key, (shard, next, every));
+                            self.reminders_due.insert((type_key.clone(), shard, next, entity_id, name));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes a reminder (only if it is due at `due`, when given); returns what it was.
+    fn remove_reminder(
+        &mut self,
+        type_key: &str,
+        entity_id: &str,
+        name: &str,
+        due: Option<u64>,
+    ) -> Option<(ShardId, u64, u64)> {
+        let key = (type_key.to_string(), entity_id.to_string(), name.to_string());
+        let (shard, stored_due, every) = *self.reminders.get(&key)?;
+        if due.is_some_and(|d| d != stored_due) {
+            return None;
+        }
+        self.reminders.remove(&key);
+        let (t, e, n) = key;
+        self.reminders_due.remove(&(t, shard, stored_due, e, n));
+        Some((shard, stored_due, every))
     }
 }
 
@@ -109,6 +167,10 @@ impl Journal for InMemoryJournal {
                     actual: last,
                 });
             }
+            // Validated before anything is written: all or nothing, as one transaction.
+            if let Some(problem) = request.reminders.iter().find_map(ReminderChange::problem) {
+                return Err(JournalError::Failed(problem));
+            }
             let events = t.events.entry(pid.clone()).or_default();
             for (i, event) in request.events.into_iter().enumerate() {
                 events.push(StoredEvent { seq: last + 1 + i as u64, event });
@@ -118,6 +180,7 @@ impl Journal for InMemoryJournal {
                 let key = (request.fence.type_key.clone(), request.fence.shard);
                 t.remembered.entry(key).or_default().insert(request.entity_id.clone());
             }
+            t.change_reminders(&request.fence, request.reminders)?;
             if let Some(r) = request.reply {
                 let now = SystemTime::now();
                 let replies = t.replies.entry(pid).or_default();
@@ -216,6 +279,44 @@ impl Journal for InMemoryJournal {
                 s.remove(entity_id);
             }
             Ok(())
+        });
+        Box::pin(async move { r })
+    }
+
+    fn change_reminders(&self, fence: &Fence, changes: Vec<ReminderChange>) -> BoxFuture<'_, Result<(), JournalError>> {
+        let r = self.with(|t| {
+            t.check_fence(fence)?;
+            t.change_reminders(fence, changes)
+        });
+        Box::pin(async move { r })
+    }
+
+    fn due_reminders(
+        &self,
+        type_key: &str,
+        shard: ShardId,
+        after: Option<ReminderPosition>,
+        until_ms: u64,
+        max: usize,
+    ) -> BoxFuture<'_, Result<Vec<StoredReminder>, JournalError>> {
+        let r = self.with(|t| {
+            if after.as_ref().is_some_and(|p| p.due_ms >= until_ms) {
+                return Ok(Vec::new());
+            }
+            let t_key = type_key.to_string();
+            let start = match after {
+                Some(p) => Bound::Excluded((t_key.clone(), shard, p.due_ms, p.entity_id, p.name)),
+                None => Bound::Included((t_key.clone(), shard, 0, String::new(), String::new())),
+            };
+            let end = Bound::Excluded((t_key, shard, until_ms, String::new(), String::new()));
+            Ok(t.reminders_due
+                .range((start, end))
+                .take(max)
+                .filter_map(|(t_key, _, due, e, n)| {
+                    let (_, _, every) = t.reminders.get(&(t_key.clone(), e.clone(), n.clone()))?;
+                    Some(StoredReminder { entity_id: e.clone(), name: n.clone(), due_ms: *due, every_ms: *every })
+                })
+                .collect())
         });
         Box::pin(async move { r })
     }

@@ -25,6 +25,7 @@
 pub mod conformance;
 mod memory;
 pub mod queue;
+mod reminders;
 pub mod split;
 
 use std::future::Future;
@@ -34,7 +35,13 @@ use shardline_core::{Epoch, ShardId};
 
 pub use memory::InMemoryJournal;
 pub use queue::QueuedJournal;
+pub use reminders::{ReminderChange, ReminderPosition, StoredReminder, MAX_DUE_MS};
 pub use split::{part_of, SplitJournal, SLICES};
+
+/// The persistence id of an entity: its type and id.
+pub fn persistence_id(type_key: &str, id: &str) -> String {
+    format!("{type_key}|{id}")
+}
 
 /// A boxed future, for object-safe journals.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -129,6 +136,9 @@ pub struct AppendRequest {
     /// the journal's clock, are dropped in the same transaction. A retry is recognised exactly
     /// as long as its reply is kept, however many other requests came between.
     pub keep_replies: std::time::Duration,
+    /// Reminders of this entity set, cancelled or acknowledged in the same transaction (fenced
+    /// by the same shard).
+    pub reminders: Vec<ReminderChange>,
 }
 
 /// A snapshot of an entity's state after event `seq`.
@@ -292,6 +302,23 @@ pub trait Journal: Send + Sync + 'static {
 
     /// Removes an entity from its shard's remembered set (fenced).
     fn forget(&self, fence: &Fence, entity_id: &str) -> BoxFuture<'_, Result<(), JournalError>>;
+
+    /// Applies reminder changes of the fence's shard's entities in one transaction (fenced: a
+    /// writer that no longer owns the shard changes nothing). A due time above [`MAX_DUE_MS`]
+    /// is refused as `Failed`.
+    fn change_reminders(&self, fence: &Fence, changes: Vec<ReminderChange>) -> BoxFuture<'_, Result<(), JournalError>>;
+
+    /// At most `max` reminders of a shard's entities due before `until_ms`, in the order of
+    /// [`ReminderPosition`], starting after `after` (from the first when None): an owner reads
+    /// the reminders due soon a page at a time from an index, never all that are pending.
+    fn due_reminders(
+        &self,
+        type_key: &str,
+        shard: ShardId,
+        after: Option<ReminderPosition>,
+        until_ms: u64,
+        max: usize,
+    ) -> BoxFuture<'_, Result<Vec<StoredReminder>, JournalError>>;
 
     /// The highest term of any stored fence (0: none raised yet). A membership whose terms do
     /// not outlive the cluster (seeds) starts above it, so that a cluster restarted from scratch

@@ -6,7 +6,10 @@
 use shardline_core::{Epoch, ShardId};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{AppendRequest, BoxFuture, Fence, Journal, JournalError, RecordedReply, Snapshot, StoredEvent};
+use super::{
+    AppendRequest, BoxFuture, Fence, Journal, JournalError, RecordedReply, ReminderChange, ReminderPosition, Snapshot,
+    StoredEvent, StoredReminder,
+};
 
 /// Where a request's answer goes.
 pub type Reply<T> = oneshot::Sender<Result<T, JournalError>>;
@@ -35,6 +38,25 @@ pub enum Job {
     Forget(Fence, String, Reply<()>),
     /// [`Journal::highest_term`].
     HighestTerm(Reply<u64>),
+    /// [`Journal::change_reminders`]: fence, changes.
+    ChangeReminders(Fence, Vec<ReminderChange>, Reply<()>),
+    /// [`Journal::due_reminders`].
+    DueReminders(Box<DueReminders>, Reply<Vec<StoredReminder>>),
+}
+
+/// The arguments of [`Journal::due_reminders`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DueReminders {
+    /// The entity type.
+    pub type_key: String,
+    /// The shard.
+    pub shard: ShardId,
+    /// Start after this position (from the first when None).
+    pub after: Option<ReminderPosition>,
+    /// Only reminders due before this, in milliseconds since the Unix epoch.
+    pub until_ms: u64,
+    /// At most this many.
+    pub max: usize,
 }
 
 impl Job {
@@ -62,6 +84,8 @@ pub enum Outcome {
     Replies(Reply<Vec<RecordedReply>>, Result<Vec<RecordedReply>, JournalError>),
     /// Of `Remembered`.
     Ids(Reply<Vec<String>>, Result<Vec<String>, JournalError>),
+    /// Of `DueReminders`.
+    Reminders(Reply<Vec<StoredReminder>>, Result<Vec<StoredReminder>, JournalError>),
 }
 
 impl Outcome {
@@ -71,7 +95,10 @@ impl Outcome {
             Job::RaiseFence(_, r) => Outcome::Epoch(r, Err(e)),
             Job::Append(_, r) | Job::LastSeq(_, r) | Job::HighestTerm(r) => Outcome::Seq(r, Err(e)),
             Job::Read(_, _, _, r) => Outcome::Events(r, Err(e)),
-            Job::SaveSnapshot(_, _, _, r) | Job::Forget(_, _, r) => Outcome::Unit(r, Err(e)),
+            Job::SaveSnapshot(_, _, _, r) | Job::Forget(_, _, r) | Job::ChangeReminders(_, _, r) => {
+                Outcome::Unit(r, Err(e))
+            }
+            Job::DueReminders(_, r) => Outcome::Reminders(r, Err(e)),
             Job::LoadSnapshot(_, r) => Outcome::Snapshot(r, Err(e)),
             Job::RecordedReply(_, _, r) => Outcome::Bytes(r, Err(e)),
             Job::RecordedReplies(_, _, r) => Outcome::Replies(r, Err(e)),
@@ -94,6 +121,7 @@ impl Outcome {
             Outcome::Bytes(r, v) => send(r, v, commit),
             Outcome::Replies(r, v) => send(r, v, commit),
             Outcome::Ids(r, v) => send(r, v, commit),
+            Outcome::Reminders(r, v) => send(r, v, commit),
         }
     }
 }
@@ -197,6 +225,23 @@ impl Journal for QueuedJournal {
     fn forget(&self, fence: &Fence, entity_id: &str) -> BoxFuture<'_, Result<(), JournalError>> {
         let (f, id) = (fence.clone(), entity_id.to_string());
         self.call(|r| Job::Forget(f, id, r))
+    }
+
+    fn change_reminders(&self, fence: &Fence, changes: Vec<ReminderChange>) -> BoxFuture<'_, Result<(), JournalError>> {
+        let f = fence.clone();
+        self.call(|r| Job::ChangeReminders(f, changes, r))
+    }
+
+    fn due_reminders(
+        &self,
+        type_key: &str,
+        shard: ShardId,
+        after: Option<ReminderPosition>,
+        until_ms: u64,
+        max: usize,
+    ) -> BoxFuture<'_, Result<Vec<StoredReminder>, JournalError>> {
+        let args = DueReminders { type_key: type_key.to_string(), shard, after, until_ms, max };
+        self.call(|r| Job::DueReminders(Box::new(args), r))
     }
 
     fn highest_term(&self) -> BoxFuture<'_, Result<u64, JournalError>> {

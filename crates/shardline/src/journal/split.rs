@@ -23,7 +23,10 @@ use std::task::Poll;
 
 use shardline_core::{shard_of, Epoch, ShardId};
 
-use super::{AppendRequest, BoxFuture, Fence, Journal, JournalError, RecordedReply, Snapshot, StoredEvent};
+use super::{
+    persistence_id, AppendRequest, BoxFuture, Fence, Journal, JournalError, RecordedReply, ReminderChange,
+    ReminderPosition, Snapshot, StoredEvent, StoredReminder,
+};
 
 /// Slices of the persistence ids (Akka's number): the unit a database is given a range of.
 pub const SLICES: u32 = 1024;
@@ -175,6 +178,48 @@ impl Journal for SplitJournal {
         Box::pin(async move {
             all_ok(on_all(self.parts.iter().map(|p| p.forget(&fence, &entity_id)).collect()).await)?;
             Ok(())
+        })
+    }
+
+    fn change_reminders(&self, fence: &Fence, changes: Vec<ReminderChange>) -> BoxFuture<'_, Result<(), JournalError>> {
+        // Each entity's reminders live in the part of its persistence id, with its events.
+        let mut by_part: Vec<Vec<ReminderChange>> = vec![Vec::new(); self.parts.len()];
+        for c in changes {
+            let pid = persistence_id(&fence.type_key, c.entity_id());
+            by_part[part_of(&pid, self.parts.len())].push(c);
+        }
+        let fence = fence.clone();
+        Box::pin(async move {
+            let calls = self
+                .parts
+                .iter()
+                .zip(by_part)
+                .filter(|(_, c)| !c.is_empty())
+                .map(|(p, c)| p.change_reminders(&fence, c))
+                .collect();
+            all_ok(on_all(calls).await)?;
+            Ok(())
+        })
+    }
+
+    fn due_reminders(
+        &self,
+        type_key: &str,
+        shard: ShardId,
+        after: Option<ReminderPosition>,
+        until_ms: u64,
+        max: usize,
+    ) -> BoxFuture<'_, Result<Vec<StoredReminder>, JournalError>> {
+        let type_key = type_key.to_string();
+        Box::pin(async move {
+            let calls =
+                self.parts.iter().map(|p| p.due_reminders(&type_key, shard, after.clone(), until_ms, max)).collect();
+            // The first `max` of the parts' first `max` each, in order: nothing past the page's
+            // last is skipped, since every part's earlier ones are in its own page.
+            let mut all: Vec<StoredReminder> = all_ok(on_all(calls).await)?.into_iter().flatten().collect();
+            all.sort_by_key(|r| r.position());
+            all.truncate(max);
+            Ok(all)
         })
     }
 

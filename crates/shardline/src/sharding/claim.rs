@@ -34,6 +34,10 @@ impl ShardClaim {
         &self.type_key
     }
 
+    pub fn shard(&self) -> ShardId {
+        self.shard
+    }
+
     /// The fence writes at `epoch` carry.
     pub fn fence(&self, epoch: Epoch) -> Fence {
         Fence { type_key: self.type_key.clone(), shard: self.shard, epoch }

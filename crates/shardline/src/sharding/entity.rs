@@ -11,8 +11,10 @@ use serde::Serialize;
 use shardline_core::{EntityId, Epoch, ShardId};
 
 use super::claim::ShardClaim;
+use super::reminders::{stored, Reminder, ShardReminders, When};
 use super::settings::Persistence;
-use crate::journal::{Fence, Journal, JournalError};
+use crate::error::Error;
+use crate::journal::{Fence, Journal, JournalError, ReminderChange};
 
 /// A sharded, stateful entity. Its state lives in memory on one node: see the
 /// [module docs](crate::entity) for what happens to it when its shard moves, and implement
@@ -50,6 +52,21 @@ pub trait Entity: Sized + Send + 'static {
     fn take_over(_id: &EntityId, _data: &[u8]) -> Option<Self> {
         None
     }
+
+    /// A durable reminder this entity set ([`EntityContext::remind`]) is due. Runs like a
+    /// message, in order with them. `Ok` acknowledges it (a repeating one waits for its next
+    /// time); an error, a panic or a crash before the acknowledgement is stored fires it again
+    /// (after a second, or on the shard's next owner): at least once, so make the handling
+    /// idempotent, for instance with [`Reminder::firing_id`]. The default handles none: it logs
+    /// a warning and acknowledges.
+    fn reminded(
+        &mut self,
+        ctx: &mut EntityContext,
+        reminder: Reminder,
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        tracing::warn!(entity = %ctx.id, type_key = %ctx.type_key, reminder = reminder.name(), "reminder fired, but this entity type does not handle reminders (Entity::reminded)");
+        async { Ok(()) }
+    }
 }
 
 /// The entity types registered on a node, as its entities reach them
@@ -73,6 +90,8 @@ pub struct EntityContext {
     pub(crate) type_key: Arc<str>,
     pub(crate) claim: Option<Arc<ShardClaim>>,
     pub(crate) persistence: Persistence,
+    /// The shard's reminders, for a type that has them.
+    pub(crate) reminders: Option<Arc<ShardReminders>>,
 }
 
 impl EntityContext {
@@ -114,6 +133,66 @@ impl EntityContext {
             Some(c) => c.ensure(self.epoch).await,
             None => Err(JournalError::Failed(format!("entity type {} has no journal", self.type_key))),
         }
+    }
+
+    /// Sets the durable reminder `name` of this entity, replacing one of that name: it is stored
+    /// in the type's journal (fenced by this shard's epoch) before this returns, and fires
+    /// [`Entity::reminded`] when due, on whichever node hosts the shard then, at least once.
+    /// `Rejected` for a type without [`EntitySettings::reminders`](crate::EntitySettings::reminders),
+    /// an empty name, a zero period or a time that cannot be stored; `Unavailable` when the
+    /// journal refused or could not be reached (nothing was stored).
+    ///
+    /// ```no_run
+    /// # use shardline::{EntityContext, When};
+    /// # use std::time::Duration;
+    /// # async fn f(ctx: &mut EntityContext) -> Result<(), shardline::Error> {
+    /// ctx.remind("expire", When::After(Duration::from_secs(24 * 3600))).await?;
+    /// ctx.remind("ping", When::Every(Duration::from_secs(60))).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn remind(&self, name: &str, when: When) -> Result<(), Error> {
+        let r = stored(self.id.as_str(), name, when, std::time::SystemTime::now())?;
+        self.change_reminder(ReminderChange::Set(r)).await
+    }
+
+    /// Cancels the reminder `name` of this entity (nothing when there is none). The same errors
+    /// as [`remind`](Self::remind).
+    pub async fn cancel_reminder(&self, name: &str) -> Result<(), Error> {
+        let change = ReminderChange::Cancel { entity_id: self.id.as_str().to_string(), name: name.to_string() };
+        self.change_reminder(change).await
+    }
+
+    async fn change_reminder(&self, change: ReminderChange) -> Result<(), Error> {
+        let (Some(reminders), Some(claim)) = (&self.reminders, &self.claim) else {
+            return Err(Error::Rejected(format!(
+                "entity type {} keeps no reminders: give its settings a journal and .reminders()",
+                self.type_key
+            )));
+        };
+        let stored = match claim.ensure(self.epoch).await {
+            Ok(()) => claim.journal().change_reminders(&self.fence(), vec![change.clone()]).await,
+            Err(e) => Err(e),
+        };
+        stored.map_err(|e| match e {
+            JournalError::Failed(m) => Error::Rejected(m),
+            e => Error::Unavailable(format!("the reminder was not stored: {e}")),
+        })?;
+        reminders.changed(&change);
+        Ok(())
+    }
+
+    /// Reminder changes committed with this entity's events: the shard's schedule learns them.
+    pub(crate) fn reminders_changed(&self, changes: &[ReminderChange]) {
+        if let Some(r) = &self.reminders {
+            for c in changes {
+                r.changed(c);
+            }
+        }
+    }
+
+    /// Whether this entity's type keeps reminders.
+    pub(crate) fn has_reminders(&self) -> bool {
+        self.reminders.is_some()
     }
 
     /// Stop this entity after the current message; the next message starts it again.

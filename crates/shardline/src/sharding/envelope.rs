@@ -38,6 +38,8 @@ pub(crate) enum Body<E: Entity> {
     Wake {
         woken: Woken,
     },
+    /// A due reminder, from its shard's reminder task on this node. Never leaves the node.
+    Reminder(super::reminders::Delivery),
 }
 
 /// Runs once, when dropped: tells the region that a woken entity recovered or will not, so that

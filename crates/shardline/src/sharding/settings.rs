@@ -16,11 +16,18 @@ pub(crate) struct Persistence {
     pub remember: Option<u32>,
     /// And at most this many of them recovering at once on one node.
     pub remember_at_once: usize,
+    /// Durable reminders: each hosted shard reads and fires its entities' reminders.
+    pub reminders: Option<shardline_core::reminder::ScheduleConfig>,
 }
 
 impl Default for Persistence {
     fn default() -> Self {
-        Persistence { event_sourced: EventSourcedSettings::default(), remember: None, remember_at_once: 64 }
+        Persistence {
+            event_sourced: EventSourcedSettings::default(),
+            remember: None,
+            remember_at_once: 64,
+            reminders: None,
+        }
     }
 }
 
@@ -171,6 +178,20 @@ impl EntitySettings {
     /// hundred thousand of them timed its asks out). For event-sourced types.
     pub fn remember_entities(mut self, per_second: u32) -> Self {
         self.persistence.remember = Some(per_second.max(1));
+        self
+    }
+
+    /// Durable reminders for this type's entities ([`EntityContext::remind`](crate::EntityContext::remind)),
+    /// kept in its [`journal`](Self::journal): each node reads the reminders of the shards it
+    /// hosts, due within the next 30 s, and fires them. A type without it refuses `remind`.
+    ///
+    /// ```
+    /// use shardline::EntitySettings;
+    ///
+    /// let orders = EntitySettings::new("order").reminders();
+    /// ```
+    pub fn reminders(mut self) -> Self {
+        self.persistence.reminders = Some(shardline_core::reminder::ScheduleConfig::default());
         self
     }
 

@@ -20,6 +20,7 @@ use tokio::task::AbortHandle;
 use super::claim::ShardClaim;
 use super::entity::{Entity, EntityContext, Registry};
 use super::refusal::{refuse, Refusal};
+use super::reminders::ShardReminders;
 use super::settings::Persistence;
 use crate::sharding::envelope::{Body, Envelope, Woken};
 use crate::sharding::node::Node;
@@ -66,6 +67,8 @@ pub(crate) struct ShardHost<E: Entity> {
     claim: Option<Arc<ShardClaim>>,
     /// The node's budget of entities in memory for the type, if it has one.
     budget: Option<Arc<Budget<E>>>,
+    /// The shard's reminders and their task, for a type that keeps them.
+    reminders: Mutex<Option<(Arc<ShardReminders>, AbortHandle)>>,
 }
 
 impl<E: Entity> ShardHost<E> {
@@ -87,7 +90,25 @@ impl<E: Entity> ShardHost<E> {
             drained: Notify::new(),
             claim,
             budget,
+            reminders: Mutex::new(None),
         })
+    }
+
+    /// Starts reading and firing the shard's reminders, for a type that keeps them.
+    pub fn start_reminders(self: &Arc<Self>) {
+        let (Some(config), Some(claim)) = (self.env.persistence.reminders, &self.claim) else { return };
+        let started = ShardReminders::start(self, claim.clone(), config);
+        *self.reminders.lock().unwrap_or_else(|e| e.into_inner()) = Some(started);
+    }
+
+    fn stop_reminders(&self) {
+        if let Some((_, task)) = self.reminders.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            task.abort();
+        }
+    }
+
+    fn shard_reminders(&self) -> Option<Arc<ShardReminders>> {
+        self.reminders.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|(r, _)| r.clone())
     }
 
     /// Restores entities from the state the previous owner handed over.
@@ -232,6 +253,8 @@ impl<E: Entity> ShardHost<E> {
     /// Stops every entity after it finishes the messages it has: stop hooks run. Returns the
     /// state they hand over, encoded, if any.
     pub async fn stop(self: Arc<Self>) -> Option<Vec<u8>> {
+        // Reminders due from now on fire on the next owner, which reads them from the journal.
+        self.stop_reminders();
         // Every running entity finishes its mailbox, then meets this marker and stops.
         let (markers, idle) = self.lock().stop(|m| m.tx.clone());
         for tx in markers {
@@ -254,6 +277,7 @@ impl<E: Entity> ShardHost<E> {
 
     /// Stops at once: tasks are aborted, no hooks run (the node lost its right to the shard).
     pub fn kill(&self) {
+        self.stop_reminders();
         let mailboxes = self.lock().kill();
         // Aborted tasks clean up after themselves (`TaskGuard`), which takes the lock.
         for m in mailboxes {
@@ -299,6 +323,7 @@ impl<E: Entity> ShardHost<E> {
             type_key: self.env.type_key.clone(),
             claim: self.claim.clone(),
             persistence: self.env.persistence,
+            reminders: self.shard_reminders(),
         }
     }
 

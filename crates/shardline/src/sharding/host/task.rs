@@ -8,7 +8,7 @@ use std::time::Duration;
 use shardline_core::host::{AfterMarker, HostConfig, Marker, Unleased};
 use shardline_core::EntityId;
 use tokio::sync::mpsc;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::ShardHost;
 use crate::sharding::entity::{Entity, EntityContext};
@@ -92,6 +92,17 @@ async fn process<E: Entity>(
         }
         // The entity has started (its hook ran before its first message): the place goes back.
         Body::Wake { woken } => drop(woken),
+        Body::Reminder(delivery) => {
+            let name = delivery.reminder.name().to_string();
+            let handled = match state.reminded(ctx, delivery.reminder).await {
+                Ok(()) => true,
+                Err(e) => {
+                    warn!(entity = %ctx.id, reminder = %name, error = %e, "the entity did not handle its reminder: it fires again");
+                    false
+                }
+            };
+            let _ = delivery.done.send(handled);
+        }
         Body::Retire | Body::Nudge => {}
     }
 }

@@ -245,6 +245,7 @@ impl<E: Entity> Region<E> {
                     budget.hosting(&host);
                 }
                 let restored = handover.map(|d| host.restore(&d)).unwrap_or(0);
+                host.start_reminders();
                 debug!(type_key = %self.type_key, %shard, %epoch, restored, "shard started");
                 self.node.ownership_log(&self.type_key, shard, epoch, true);
                 st.hosts.insert(shard, host);
@@ -351,7 +352,7 @@ impl<E: Entity> Region<E> {
                     }
                 },
                 // Markers for local entity tasks never leave the node.
-                Body::Retire | Body::Nudge | Body::Wake { .. } => None,
+                Body::Retire | Body::Nudge | Body::Wake { .. } | Body::Reminder(_) => None,
             }
         };
         Some(match msg {

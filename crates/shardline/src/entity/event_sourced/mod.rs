@@ -45,6 +45,10 @@
 //! }
 //! ```
 
+mod reminders;
+
+pub use reminders::Remind;
+
 use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -106,6 +110,22 @@ pub trait EventSourced: Serialize + DeserializeOwned + Sized + Send + 'static {
     /// through [`decide`](Self::decide), which must agree.
     fn decide_without_state(command: &Self::Command) -> Option<(Vec<Self::Event>, Self::Reply)> {
         let _ = command;
+        None
+    }
+
+    /// The durable reminders an event sets or cancels, stored in the transaction that stores
+    /// the event (so a command's reminder exists exactly when its events do). Called once, when
+    /// the event is decided, not on replay. Needs [`EntitySettings::reminders`](crate::EntitySettings::reminders).
+    fn reminders(event: &Self::Event) -> Vec<Remind> {
+        let _ = event;
+        Vec::new()
+    }
+
+    /// The command a due reminder runs, or None to do nothing. It runs with the firing's id as
+    /// its request id ([`Reminder::firing_id`](crate::entity::Reminder::firing_id)), so a firing
+    /// delivered again (after a crash, a move) is applied once.
+    fn on_reminder(&self, reminder: &crate::entity::Reminder) -> Option<Self::Command> {
+        let _ = reminder;
         None
     }
 }
@@ -191,10 +211,7 @@ pub struct Persistent<T: EventSourced> {
     replies_complete: bool,
 }
 
-/// The persistence id of an entity: its type and id.
-pub fn persistence_id(type_key: &str, id: &str) -> String {
-    format!("{type_key}|{id}")
-}
+pub use crate::journal::persistence_id;
 
 impl<T: EventSourced> Persistent<T> {
     async fn recover(&mut self, ctx: &EntityContext, pid: &str) -> Result<(), PersistError> {
@@ -307,8 +324,10 @@ impl<T: EventSourced> Persistent<T> {
         // A command that writes no event but carries a caller's request id still records its
         // reply: its retry must get this answer, not one decided again on a newer state.
         let (request, recorded) = self.append_request(ctx, &pid, last, &events, msg.request_id, &reply)?;
+        let reminders = request.reminders.clone();
         match timed_append(journal.as_ref(), request).await {
             Ok(new_last) => {
+                ctx.reminders_changed(&reminders);
                 if let Some((state, last)) = self.state.as_mut() {
                     for e in &events {
                         state.apply(e);
@@ -375,8 +394,12 @@ impl<T: EventSourced> Persistent<T> {
         }
         let last = journal.last_seq(pid).await.map_err(journal_error)?;
         let (request, _) = self.append_request(ctx, pid, last, &events, request_id, &reply)?;
+        let reminders = request.reminders.clone();
         match timed_append(journal.as_ref(), request).await {
-            Ok(_) => Ok(reply),
+            Ok(_) => {
+                ctx.reminders_changed(&reminders);
+                Ok(reply)
+            }
             Err(e) => already_applied(pid, e),
         }
     }
@@ -415,6 +438,7 @@ impl<T: EventSourced> Persistent<T> {
             remember: ctx.persistence.remember.is_some(),
             reply: recorded.clone(),
             keep_replies: ctx.persistence.event_sourced.reply_retention.saturating_add(CLOCK_SKEW_MARGIN),
+            reminders: reminders::changes::<T>(ctx, events)?,
         };
         Ok((request, recorded))
     }
@@ -452,6 +476,10 @@ impl<T: EventSourced> Entity for Persistent<T> {
 
     async fn handle(&mut self, ctx: &mut EntityContext, msg: Persist<T::Command>) -> Result<T::Reply, PersistError> {
         self.run(ctx, msg).await
+    }
+
+    async fn reminded(&mut self, ctx: &mut EntityContext, reminder: crate::entity::Reminder) -> Result<(), Error> {
+        self.run_reminder(ctx, reminder).await
     }
 
     /// A remembered entity woken by its shard's start recovers at once.

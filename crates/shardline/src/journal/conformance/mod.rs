@@ -3,6 +3,8 @@
 //! entity types under `prefix`, so the suite can run on a database that holds other data, and
 //! returns a description of the first broken promise.
 
+mod reminders;
+
 use std::sync::Arc;
 
 use shardline_core::{Epoch, ShardId};
@@ -19,6 +21,12 @@ macro_rules! ensure {
         }
     };
 }
+pub(crate) use ensure;
+
+pub use reminders::{
+    reminder_changes_are_fenced_and_whole, reminders_are_read_in_due_order,
+    reminders_are_replaced_cancelled_and_acknowledged, reminders_commit_with_their_append,
+};
 
 fn e(term: u64, seq: u64) -> Epoch {
     Epoch { term, seq }
@@ -48,6 +56,7 @@ pub fn append(f: &Fence, pid: &str, expected: u64, n: u64) -> AppendRequest {
         remember: false,
         reply: None,
         keep_replies: KEEP,
+        reminders: Vec::new(),
     }
 }
 
@@ -75,6 +84,10 @@ pub async fn run_all(journal: Arc<dyn Journal>, prefix: &str) -> Check {
     concurrent_appends_record_and_remember(journal.clone(), &format!("{prefix}-many-replies")).await?;
     the_highest_term_covers_every_fence(j, &format!("{prefix}-term")).await?;
     a_batch_refuses_only_its_bad_appends(journal.clone(), &format!("{prefix}-mixed")).await?;
+    reminders_are_read_in_due_order(j, &format!("{prefix}-remind-order")).await?;
+    reminders_are_replaced_cancelled_and_acknowledged(j, &format!("{prefix}-remind-ack")).await?;
+    reminder_changes_are_fenced_and_whole(j, &format!("{prefix}-remind-fence")).await?;
+    reminders_commit_with_their_append(j, &format!("{prefix}-remind-append")).await?;
     Ok(())
 }
 
