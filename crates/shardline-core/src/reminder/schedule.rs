@@ -95,7 +95,7 @@ struct Known {
 
 type Key = (String, String);
 
-/// The reminders of one hosted shard. See the [module docs](self).
+/// The reminders of one hosted shard. See the [module docs](crate::reminder).
 ///
 /// ```
 /// use shardline_core::reminder::{ReminderSchedule, ScheduleConfig, StoredReminder};

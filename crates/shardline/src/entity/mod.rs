@@ -41,7 +41,7 @@ mod retry;
 mod schema;
 
 pub use crate::sharding::entity::{Entity, EntityContext};
-pub use crate::sharding::reminders::{Reminder, When};
+pub use crate::sharding::reminder::{Reminder, When};
 pub use crate::sharding::settings::{EntitySettings, EventSourcedSettings, StrategyKind, CLOCK_SKEW_MARGIN};
 pub use event_sourced::{EventSourced, EventSourcedHandle, Persist, PersistError, Persistent, Remind};
 pub use handles::{Entities, EntityHandle, EntityRef};

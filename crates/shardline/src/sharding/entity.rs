@@ -11,7 +11,7 @@ use serde::Serialize;
 use shardline_core::{EntityId, Epoch, ShardId};
 
 use super::claim::ShardClaim;
-use super::reminders::{stored, Reminder, ShardReminders, When};
+use super::reminder::{stored, Reminder, ShardReminders, When};
 use super::settings::Persistence;
 use crate::error::Error;
 use crate::journal::{Fence, Journal, JournalError, ReminderChange};

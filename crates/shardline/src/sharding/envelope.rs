@@ -39,7 +39,7 @@ pub(crate) enum Body<E: Entity> {
         woken: Woken,
     },
     /// A due reminder, from its shard's reminder task on this node. Never leaves the node.
-    Reminder(super::reminders::Delivery),
+    Reminder(super::reminder::Delivery),
 }
 
 /// Runs once, when dropped: tells the region that a woken entity recovered or will not, so that

@@ -24,6 +24,6 @@ pub(crate) mod message;
 pub(crate) mod node;
 pub(crate) mod refusal;
 pub(crate) mod region;
-pub(crate) mod reminders;
+pub(crate) mod reminder;
 pub(crate) mod settings;
 pub(crate) mod types;

@@ -7,7 +7,7 @@ use super::{journal_error, persistence_id, EventSourced, Persist, PersistError, 
 use crate::entity::{EntityContext, RequestId};
 use crate::error::Error;
 use crate::journal::ReminderChange;
-use crate::sharding::reminders::{stored, Reminder, When};
+use crate::sharding::reminder::{stored, Reminder, When};
 
 /// A change an event makes to its entity's durable reminders
 /// ([`EventSourced::reminders`]).

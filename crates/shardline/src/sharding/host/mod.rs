@@ -4,6 +4,7 @@
 //! carries the mailboxes and runs [`Entity::handle`].
 
 mod budget;
+mod reminders;
 mod task;
 
 pub(crate) use budget::Budget;
@@ -20,7 +21,7 @@ use tokio::task::AbortHandle;
 use super::claim::ShardClaim;
 use super::entity::{Entity, EntityContext, Registry};
 use super::refusal::{refuse, Refusal};
-use super::reminders::ShardReminders;
+use super::reminder::ShardReminders;
 use super::settings::Persistence;
 use crate::sharding::envelope::{Body, Envelope, Woken};
 use crate::sharding::node::Node;
@@ -97,7 +98,7 @@ impl<E: Entity> ShardHost<E> {
     /// Starts reading and firing the shard's reminders, for a type that keeps them.
     pub fn start_reminders(self: &Arc<Self>) {
         let (Some(config), Some(claim)) = (self.env.persistence.reminders, &self.claim) else { return };
-        let started = ShardReminders::start(self, claim.clone(), config);
+        let started = reminders::start(self, claim.clone(), config);
         *self.reminders.lock().unwrap_or_else(|e| e.into_inner()) = Some(started);
     }
 

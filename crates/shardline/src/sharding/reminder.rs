@@ -5,7 +5,7 @@
 //! An entity sets one with [`EntityContext::remind`](crate::EntityContext::remind) (an
 //! event-sourced one from its events, in the transaction that stores them: see
 //! [`EventSourced::reminders`](crate::entity::EventSourced::reminders)) and receives it in
-//! [`Entity::reminded`](crate::Entity::reminded). The shard's owner runs one [`ShardReminders`]
+//! [`Entity::reminded`](crate::Entity::reminded)(crate::Entity::reminded). The shard's owner runs one [`ShardReminders`]
 //! task per hosted shard: the core's [`ReminderSchedule`] decides what to read and what is due;
 //! this task reads the journal, delivers each due reminder to its entity (starting it if
 //! needed), and acknowledges it once handled. A reminder is removed (or moved to its next time)
@@ -14,24 +14,19 @@
 //! an id of its own ([`Reminder::firing_id`]), the same at every redelivery, which an
 //! event-sourced entity records like a request id so that it applies the firing once.
 //!
+//! This module is the leaf the entity contract needs; the task is `host::reminders`.
+//!
 //! Only types whose settings ask for reminders
 //! ([`EntitySettings::reminders`](crate::EntitySettings::reminders)) run the task: it reads the
 //! journal once per shard when the shard starts and every half lookahead after that.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use shardline_core::reminder::{Firing, ReminderChange, ReminderSchedule, ScheduleConfig, StoredReminder, MAX_DUE_MS};
-use shardline_core::EntityId;
-use tokio::sync::{mpsc, oneshot, Notify};
-use tracing::{debug, warn};
+use shardline_core::reminder::{ReminderChange, ReminderSchedule, ScheduleConfig, StoredReminder, MAX_DUE_MS};
+use tokio::sync::{oneshot, Notify};
 
-use super::claim::ShardClaim;
-use super::entity::Entity;
-use super::envelope::Body;
-use super::host::ShardHost;
 use crate::error::Error;
-use crate::journal::JournalError;
 
 /// When a reminder fires. Times are kept to the millisecond, rounded up, and a period is at
 /// least one millisecond.
@@ -60,7 +55,7 @@ fn ms_up(d: Duration) -> u64 {
 
 /// Milliseconds since the Unix epoch, rounded down (0 before it): the clock's "now", so that
 /// nothing fires before the moment it is due.
-fn unix_ms(t: SystemTime) -> u64 {
+pub(crate) fn unix_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
@@ -90,12 +85,12 @@ impl When {
     }
 }
 
-/// A reminder, as its entity receives it in [`Entity::reminded`].
+/// A reminder, as its entity receives it in [`Entity::reminded`](crate::Entity::reminded).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reminder {
-    name: String,
-    due_ms: u64,
-    every_ms: u64,
+    pub(crate) name: String,
+    pub(crate) due_ms: u64,
+    pub(crate) every_ms: u64,
 }
 
 impl Reminder {
@@ -134,25 +129,19 @@ pub(crate) struct Delivery {
     pub done: oneshot::Sender<bool>,
 }
 
-/// The reminders of one hosted shard: the schedule, and the task that reads and fires them.
+/// The reminders of one hosted shard: the schedule, and what wakes the task that reads and
+/// fires them (`host::reminders`).
 pub(crate) struct ShardReminders {
     schedule: Mutex<ReminderSchedule>,
-    wake: Notify,
+    pub(crate) wake: Notify,
 }
 
 impl ShardReminders {
-    /// Starts the shard's reminder task; it ends when the host is dropped or `abort`ed.
-    pub fn start<E: Entity>(
-        host: &Arc<ShardHost<E>>,
-        claim: Arc<ShardClaim>,
-        config: ScheduleConfig,
-    ) -> (Arc<ShardReminders>, tokio::task::AbortHandle) {
-        let me = Arc::new(ShardReminders { schedule: Mutex::new(ReminderSchedule::new(config)), wake: Notify::new() });
-        let task = tokio::spawn(run(Arc::downgrade(host), claim, me.clone()));
-        (me, task.abort_handle())
+    pub fn new(config: ScheduleConfig) -> Self {
+        ShardReminders { schedule: Mutex::new(ReminderSchedule::new(config)), wake: Notify::new() }
     }
 
-    fn schedule(&self) -> std::sync::MutexGuard<'_, ReminderSchedule> {
+    pub fn schedule(&self) -> std::sync::MutexGuard<'_, ReminderSchedule> {
         self.schedule.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -161,102 +150,6 @@ impl ShardReminders {
         self.schedule().changed(change);
         self.wake.notify_one();
     }
-}
-
-/// How long the task waits after the journal failed a read or an acknowledgement.
-const BACKOFF: Duration = Duration::from_secs(1);
-
-async fn run<E: Entity>(host: Weak<ShardHost<E>>, claim: Arc<ShardClaim>, me: Arc<ShardReminders>) {
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(Firing, bool)>();
-    // Acknowledgements to write, kept until they commit.
-    let mut acks: Vec<ReminderChange> = Vec::new();
-    let shard = claim.shard();
-    loop {
-        let now = unix_ms(SystemTime::now());
-        let read = me.schedule().read_due(now);
-        let mut failed = false;
-        if let Some(read) = read {
-            let page = claim
-                .journal()
-                .due_reminders(claim.type_key(), shard, read.after.clone(), read.until_ms, read.max)
-                .await;
-            let page = page.map_err(|e| warn!(type_key = claim.type_key(), %shard, error = %e, "reminders cannot be read: trying again")).ok();
-            failed |= page.is_none();
-            me.schedule().read_done(&read, page);
-        }
-        let due = me.schedule().take_due(unix_ms(SystemTime::now()));
-        if !due.is_empty() {
-            let Some(h) = host.upgrade() else { return };
-            for firing in due {
-                fire(&h, firing, done_tx.clone());
-            }
-        }
-        // Firings handled since: their acknowledgements, written together.
-        while let Ok((firing, handled)) = done_rx.try_recv() {
-            if let Some(ack) = me.schedule().fired(&firing, handled, unix_ms(SystemTime::now())) {
-                acks.push(ack);
-            }
-        }
-        if !acks.is_empty() {
-            let Some(epoch) = host.upgrade().map(|h| h.epoch()) else { return };
-            let written = match claim.ensure(epoch).await {
-                Ok(()) => claim.journal().change_reminders(&claim.fence(epoch), acks.clone()).await,
-                Err(e) => Err(e),
-            };
-            match written {
-                Ok(()) => {
-                    let mut s = me.schedule();
-                    for ack in acks.drain(..) {
-                        s.acked(&ack);
-                    }
-                }
-                Err(e @ JournalError::Fenced { .. }) => {
-                    // A newer owner has the shard and fires its reminders.
-                    debug!(type_key = claim.type_key(), %shard, error = %e, "reminders stop: the shard is fenced");
-                    return;
-                }
-                Err(e) => {
-                    warn!(type_key = claim.type_key(), %shard, error = %e, pending = acks.len(), "reminder acknowledgements cannot be written: trying again");
-                    failed = true;
-                }
-            }
-        }
-        let now = unix_ms(SystemTime::now());
-        let mut wait = me.schedule().next_wake(now).map(|at| Duration::from_millis(at.saturating_sub(now)));
-        if failed {
-            wait = Some(wait.map_or(BACKOFF, |w| w.max(BACKOFF)));
-        }
-        let sleep = async {
-            match wait {
-                Some(w) => tokio::time::sleep(w).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            got = done_rx.recv() => {
-                if let Some((firing, handled)) = got {
-                    if let Some(ack) = me.schedule().fired(&firing, handled, unix_ms(SystemTime::now())) {
-                        acks.push(ack);
-                    }
-                }
-            }
-            _ = me.wake.notified() => {}
-            _ = sleep => {}
-        }
-    }
-}
-
-/// Delivers a due reminder to its entity, starting it if needed; reports whether it was handled.
-fn fire<E: Entity>(host: &Arc<ShardHost<E>>, firing: Firing, done: mpsc::UnboundedSender<(Firing, bool)>) {
-    let (tx, rx) = oneshot::channel();
-    let reminder = Reminder { name: firing.name.clone(), due_ms: firing.due_ms, every_ms: firing.every_ms };
-    let id = EntityId::new(firing.entity_id.clone());
-    // Given back when the shard is stopping: not handled here, the next owner fires it.
-    let _ = host.try_deliver(&id, Body::Reminder(Delivery { reminder, done: tx }));
-    tokio::spawn(async move {
-        let handled = rx.await.unwrap_or(false);
-        let _ = done.send((firing, handled));
-    });
 }
 
 /// A set reminder as the journal stores it.
