@@ -7,8 +7,9 @@
 //!
 //! Reports how late the due ones fired (`lag_p50_ms`, `lag_p99_ms`: from their due time to the
 //! entity's handler) and `fired_per_s`: how many fired per second from the first due time to the
-//! last firing (the offered rate, 10,000 a second, when the node keeps up). Every due reminder
-//! must fire and be acknowledged (removed from the journal), or the run fails.
+//! last firing (the offered rate, 10,000 a second, when the node keeps up). Then 50,000 more fall
+//! due at one instant: `burst_fired_per_s` is how fast the node drains them, its capacity. Every
+//! due reminder must fire and be acknowledged (removed from the journal), or the run fails.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -30,8 +31,13 @@ const WINDOW_MS: u64 = 10_000;
 /// From the node's start to the first due time: the node has started and read its shards.
 const LEAD_MS: u64 = 8_000;
 
-/// The lag of every firing handled, in milliseconds.
+const BURST: u64 = 50_000;
+/// From the window's end to the burst's due time.
+const BURST_AFTER_MS: u64 = 3_000;
+
+/// The lag of every firing handled, in milliseconds: of the steady ones, and of the burst.
 static LAGS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+static BURST_LAGS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
 
 struct Beacon;
 
@@ -48,7 +54,8 @@ impl Entity for Beacon {
     async fn reminded(&mut self, _ctx: &mut EntityContext, r: Reminder) -> Result<(), Error> {
         let lag = SystemTime::now().duration_since(r.due()).unwrap_or_default();
         let lag = u32::try_from(lag.as_millis()).unwrap_or(u32::MAX);
-        LAGS.lock().unwrap_or_else(|e| e.into_inner()).push(lag);
+        let lags = if r.name() == "burst" { &BURST_LAGS } else { &LAGS };
+        lags.lock().unwrap_or_else(|e| e.into_inner()).push(lag);
         Ok(())
     }
 }
@@ -66,16 +73,23 @@ fn percentile(sorted: &[u32], p: f64) -> u32 {
 }
 
 /// Stores reminders `from..to` of the run, those below `DUE` due over the window from
-/// `first_due`, the rest a day later; per shard, 32 shards at a time.
+/// `first_due`, the next `BURST` at one instant after it, the rest a day later; per shard, 32
+/// shards at a time.
 async fn seed(journal: &Arc<dyn Journal>, from: u64, to: u64, first_due: u64) -> Result<(), BoxError> {
     let mut by_shard: Vec<Vec<ReminderChange>> = vec![Vec::new(); SHARDS as usize];
     for i in from..to {
         let entity_id = format!("b{i}");
-        let due_ms = if i < DUE { first_due + i * WINDOW_MS / DUE } else { first_due + 86_400_000 + i };
+        let (name, due_ms) = if i < DUE {
+            ("ping", first_due + i * WINDOW_MS / DUE)
+        } else if i < DUE + BURST {
+            ("burst", first_due + WINDOW_MS + BURST_AFTER_MS)
+        } else {
+            ("ping", first_due + 86_400_000 + i)
+        };
         let shard = shard_of(&entity_id, SHARDS).0 as usize;
         by_shard[shard].push(ReminderChange::Set(StoredReminder {
             entity_id,
-            name: "ping".into(),
+            name: name.into(),
             due_ms,
             every_ms: 0,
         }));
@@ -124,7 +138,10 @@ pub async fn reminders(args: &BenchArgs) -> Result<serde_json::Value, BoxError> 
     let schema = format!("shardline_reminders_{}", std::process::id());
     let journal = store::open(&spec, &schema).await?;
     let seeding = Instant::now();
-    let due = DUE.min(pending);
+    if pending < DUE + BURST {
+        return Err(format!("--entities {pending}: at least {} pending reminders", DUE + BURST).into());
+    }
+    let due = DUE + BURST;
     // Those due a day later first; then the due ones, timed from then: the node needs a moment
     // to start, and the first due time leaves it that, plus their seeding.
     seed(&journal, due, pending, unix_ms(SystemTime::now())).await?;
@@ -135,17 +152,23 @@ pub async fn reminders(args: &BenchArgs) -> Result<serde_json::Value, BoxError> 
         return Err(format!("seeding {pending} reminders took {seed_secs:.1} s, past the first due time").into());
     }
     LAGS.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    BURST_LAGS.lock().unwrap_or_else(|e| e.into_inner()).clear();
     let cluster = Cluster::builder().cluster_name("bench-reminders").build().await?;
     let settings = EntitySettings::new("beacon").shards(SHARDS).journal(journal.clone()).reminders();
     cluster.register::<Beacon>(settings).await?;
-    let due = due as usize;
     let last_due = first_due + WINDOW_MS;
+    let burst_due = last_due + BURST_AFTER_MS;
     let deadline = Instant::now()
         + Duration::from_millis(last_due.saturating_sub(unix_ms(SystemTime::now())))
         + Duration::from_secs(120);
-    let last_fire = loop {
-        let n = LAGS.lock().unwrap_or_else(|e| e.into_inner()).len();
-        if n >= due {
+    let count = |lags: &Mutex<Vec<u32>>| lags.lock().unwrap_or_else(|e| e.into_inner()).len();
+    let mut last_fire = None;
+    let burst_fire = loop {
+        if last_fire.is_none() && count(&LAGS) >= DUE as usize {
+            last_fire = Some(SystemTime::now());
+        }
+        let n = count(&LAGS) + count(&BURST_LAGS);
+        if last_fire.is_some() && count(&BURST_LAGS) >= BURST as usize {
             break SystemTime::now();
         }
         if Instant::now() > deadline {
@@ -156,32 +179,40 @@ pub async fn reminders(args: &BenchArgs) -> Result<serde_json::Value, BoxError> 
     // Every due one is acknowledged (gone from the journal); the others are still there.
     let mut left = usize::MAX;
     for _ in 0..200 {
-        left = still_due(&*journal, last_due + 1).await?;
+        left = still_due(&*journal, burst_due + 1).await?;
         if left == 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let mut lags = std::mem::take(&mut *LAGS.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut burst = std::mem::take(&mut *BURST_LAGS.lock().unwrap_or_else(|e| e.into_inner()));
     let fired = lags.len();
+    let last_fire = last_fire.unwrap_or(burst_fire);
     cluster.leave().await?;
     if left != 0 {
         return Err(format!("{left} fired reminders were never acknowledged").into());
     }
     lags.sort_unstable();
+    burst.sort_unstable();
+    let burst_span = unix_ms(burst_fire).saturating_sub(burst_due).max(1) as f64 / 1000.0;
     let span = unix_ms(last_fire).saturating_sub(first_due).max(1) as f64 / 1000.0;
     crate::journal_bench::cleanup(&spec, &schema).await;
     Ok(json!({
         "scenario": "reminders",
         "store": spec.kind(),
         "pending": pending,
-        "due": due,
+        "due": DUE,
         "fired": fired,
-        "offered_per_s": due as f64 / (WINDOW_MS as f64 / 1000.0),
+        "offered_per_s": DUE as f64 / (WINDOW_MS as f64 / 1000.0),
         "fired_per_s": fired as f64 / span,
         "lag_p50_ms": percentile(&lags, 0.50),
         "lag_p99_ms": percentile(&lags, 0.99),
         "lag_max_ms": lags.last().copied().unwrap_or(0),
+        "burst": burst.len(),
+        "burst_fired_per_s": burst.len() as f64 / burst_span,
+        "burst_lag_p50_ms": percentile(&burst, 0.50),
+        "burst_lag_p99_ms": percentile(&burst, 0.99),
         "seed_secs": seed_secs,
         "shards": SHARDS,
     }))
