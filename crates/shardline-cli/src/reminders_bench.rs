@@ -87,12 +87,7 @@ async fn seed(journal: &Arc<dyn Journal>, from: u64, to: u64, first_due: u64) ->
             ("ping", first_due + 86_400_000 + i)
         };
         let shard = shard_of(&entity_id, SHARDS).0 as usize;
-        by_shard[shard].push(ReminderChange::Set(StoredReminder {
-            entity_id,
-            name: name.into(),
-            due_ms,
-            every_ms: 0,
-        }));
+        by_shard[shard].push(ReminderChange::Set(StoredReminder { entity_id, name: name.into(), due_ms, every_ms: 0 }));
     }
     // Below any epoch the node will host at: its fences are raised over these.
     let epoch = Epoch { term: 1, seq: 0 };

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::*;
-use shardline::{Cluster, EntitySettings, Error};
+use shardline::{Cluster, Entity, EntityContext, EntityId, EntitySettings, Error};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explicit_passivation_stops_and_the_next_message_restarts() {
@@ -291,4 +291,53 @@ async fn a_budget_bounds_the_entities_in_memory_and_admission_keeps_the_hot_ones
         // Frequencies take a few rounds to build: the first asks may have been passivated.
         assert!(log.len() >= rounds as usize - 5, "hot-{hot} kept {} of {rounds} appends: {log:?}", log.len());
     }
+}
+
+/// Counts the stop hooks of `Stops` entities.
+static STOPPED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+struct Stops;
+
+impl Entity for Stops {
+    type Message = ();
+    type Reply = ();
+    fn new(_id: &EntityId) -> Self {
+        Stops
+    }
+    async fn handle(&mut self, _ctx: &mut EntityContext, _msg: ()) {}
+    async fn stopped(&mut self, _ctx: &mut EntityContext) {
+        STOPPED.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Every entity the budget passivates runs its stop hook, whether it was idle when picked or
+/// still running: each entity asked is either in memory or stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entity_the_budget_passivates_runs_its_stop_hook() {
+    logs();
+    let c = Cluster::builder().cluster_name("budget-stops").build().await.unwrap();
+    let h = c.register::<Stops>(EntitySettings::new("stops").shards(4).max_active(5)).await.unwrap();
+    for i in 0..60 {
+        h.entity_ref(format!("s-{i}")).ask(()).await.unwrap();
+    }
+    let h2 = h.clone();
+    eventually("the tasks go idle", Duration::from_secs(10), move || h2.active_entities() == 0).await;
+    let h3 = h.clone();
+    eventually("every passivated entity's stop hook ran", Duration::from_secs(10), move || {
+        STOPPED.load(Ordering::SeqCst) + h3.local_entities() == 60
+    })
+    .await;
+    assert!(h.local_entities() <= 5, "{} in memory", h.local_entities());
+    // One at a time, each after the others went idle: the budget picks an idle entity, which
+    // leaves the map at once and stops off the caller's path.
+    for i in 60..65 {
+        h.entity_ref(format!("s-{i}")).ask(()).await.unwrap();
+        let h2 = h.clone();
+        eventually("the task goes idle", Duration::from_secs(10), move || h2.active_entities() == 0).await;
+    }
+    let h3 = h.clone();
+    eventually("every idle entity picked ran its stop hook", Duration::from_secs(10), move || {
+        STOPPED.load(Ordering::SeqCst) + h3.local_entities() == 65
+    })
+    .await;
 }
