@@ -410,6 +410,24 @@ impl Cluster {
         self.leave_within(Duration::from_secs(60)).await
     }
 
+    /// Serves until `signal` resolves, then leaves gracefully ([`leave`](Self::leave)): the end
+    /// of a tokio application's `main`. `signal` is any future: `tokio::signal::ctrl_c()`, a
+    /// `CancellationToken`'s `cancelled()`, a channel's receive. Returns early, with
+    /// `Unavailable` and the reason, when the node was declared down or fenced first: it no
+    /// longer serves, and its runner decides whether to start a new incarnation.
+    ///
+    /// ```no_run
+    /// # async fn run(cluster: shardline::Cluster) -> Result<(), shardline::Error> {
+    /// cluster.leave_on(async { let _ = tokio::signal::ctrl_c().await; }).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn leave_on(&self, signal: impl std::future::Future<Output = ()>) -> Result<(), Error> {
+        tokio::select! {
+            () = signal => self.leave().await,
+            why = self.downed() => Err(Error::Unavailable(format!("this node stopped serving: {why}"))),
+        }
+    }
+
     /// Stops this node at once, without a hand-off: its peers see it as crashed (no goodbye, its
     /// lease just lapses) and take its shards once its membership lapses. For a node runner that
     /// gets a second stop signal during a [`leave`](Self::leave), or whose node was fenced and
