@@ -170,6 +170,10 @@ pub struct NodeArgs {
     /// this many per second (and 64 recovering at once per node).
     #[arg(long, env = "SHARDLINE_REMEMBER_ENTITIES", value_parser = clap::value_parser!(u32).range(1..))]
     pub remember_entities: Option<u32>,
+    /// Run the demo's sharded daemon: 4 workers over the cluster, each writing its node's name
+    /// to `DIR/worker-INDEX` every 100 ms (every node of the cluster gives the same flag).
+    #[arg(long, env = "SHARDLINE_HEARTBEATS")]
+    pub heartbeats: Option<std::path::PathBuf>,
     /// Serve the admin HTTP API (health probes, metrics, the dashboard, drain and rebalance) on
     /// this address: PORT (on 127.0.0.1) or HOST:PORT. Beyond loopback it needs --admin-token.
     #[arg(long, env = "SHARDLINE_ADMIN")]

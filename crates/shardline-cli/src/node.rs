@@ -77,8 +77,41 @@ async fn start(args: &NodeArgs, journal: &Arc<dyn Journal>, rejoining: bool) -> 
     register_all(&cluster, args.shards, &args.strategy.0, journal.clone(), args.remember_entities)
         .await
         .map_err(|e| e.to_string())?;
+    if let Some(dir) = &args.heartbeats {
+        heartbeats(&cluster, &args.name, dir.clone()).await?;
+    }
     Ok(cluster)
 }
+
+/// The demo's sharded daemon: [`HEARTBEAT_WORKERS`] workers, each writing the name of the node
+/// it runs on to `dir/worker-INDEX` every 100 ms, so that a test sees where each one runs.
+async fn heartbeats(cluster: &Cluster, node: &str, dir: std::path::PathBuf) -> Result<(), String> {
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let node = node.to_string();
+    cluster
+        .daemon("heartbeat", HEARTBEAT_WORKERS, move |index, mut ctx| {
+            let (path, node) = (dir.join(format!("worker-{index}")), node.clone());
+            // Written aside, then renamed over: a reader never sees a half-written file.
+            let aside = dir.join(format!(".worker-{index}-{node}"));
+            async move {
+                while !ctx.is_stopping() {
+                    if let Err(e) = std::fs::write(&aside, &node).and_then(|()| std::fs::rename(&aside, &path)) {
+                        warn!(path = %path.display(), error = %e, "heartbeat not written");
+                    }
+                    tokio::select! {
+                        () = ctx.stopping() => {}
+                        () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                    }
+                }
+            }
+        })
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// Workers of the demo's heartbeat daemon.
+pub const HEARTBEAT_WORKERS: u32 = 4;
 
 /// Serves `cluster`'s admin API on `addr` in a task of its own.
 async fn serve_admin(
