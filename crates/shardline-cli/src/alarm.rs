@@ -1,4 +1,4 @@
-//! The demo's alarms: an event-sourced entity with durable reminders. Setting an alarm stores an
+//! The demo's alarms (`shardline node --alarms`): an event-sourced entity with durable reminders. Setting an alarm stores an
 //! event whose reminder is written in the same transaction; when it is due, wherever the alarm's
 //! shard lives then, the reminder runs `Ring`, applied once under the firing's id even when the
 //! firing is delivered again after a crash.

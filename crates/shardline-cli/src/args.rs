@@ -170,6 +170,10 @@ pub struct NodeArgs {
     /// this many per second (and 64 recovering at once per node).
     #[arg(long, env = "SHARDLINE_REMEMBER_ENTITIES", value_parser = clap::value_parser!(u32).range(1..))]
     pub remember_entities: Option<u32>,
+    /// Serve the demo's alarms (`shardline_cli::alarm`): an event-sourced type with durable
+    /// reminders in the journal (every node of the cluster gives the same flag).
+    #[arg(long, env = "SHARDLINE_ALARMS")]
+    pub alarms: bool,
     /// Run the demo's sharded daemon: 4 workers over the cluster, each writing its node's name
     /// to `DIR/worker-INDEX` every 100 ms (every node of the cluster gives the same flag).
     #[arg(long, env = "SHARDLINE_HEARTBEATS")]

@@ -27,13 +27,12 @@ pub async fn register_all(
     journal: Arc<dyn Journal>,
     remember: Option<u32>,
 ) -> Result<(), shardline::ConfigError> {
-    let accounts = account_type(shards, strategy, Some(journal.clone()));
+    let accounts = account_type(shards, strategy, Some(journal));
     let accounts = match remember {
         Some(per_second) => accounts.remember_entities(per_second),
         None => accounts,
     };
     register_accounts_with(cluster, accounts).await?;
-    register_alarms(cluster, shards, Some(journal)).await?;
     cluster.register::<Echo>(EntitySettings::new("echo").shards(shards)).await?;
     // The demo's floor: the same accounts in memory.
     register_memory_accounts(cluster, shards, strategy).await?;
@@ -77,6 +76,9 @@ async fn start(args: &NodeArgs, journal: &Arc<dyn Journal>, rejoining: bool) -> 
     register_all(&cluster, args.shards, &args.strategy.0, journal.clone(), args.remember_entities)
         .await
         .map_err(|e| e.to_string())?;
+    if args.alarms {
+        register_alarms(&cluster, args.shards, Some(journal.clone())).await.map_err(|e| e.to_string())?;
+    }
     if let Some(dir) = &args.heartbeats {
         heartbeats(&cluster, &args.name, dir.clone()).await?;
     }

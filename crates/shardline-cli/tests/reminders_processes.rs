@@ -5,6 +5,7 @@
 mod nodes;
 
 use std::collections::BTreeMap;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use nodes::*;
@@ -23,8 +24,8 @@ async fn rings(alarms: &Alarms, id: &str) -> Option<BTreeMap<String, u32>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reminder_whose_node_is_killed_before_it_is_due_rings_once_on_the_survivor() {
     let (p1, p2) = (free_port(), free_port());
-    let _n1 = spawn("n1", p1, p1);
-    let mut n2 = spawn("n2", p2, p1);
+    let _n1 = spawn_with("n1", p1, p1, &["--alarms"], Stdio::inherit(), "warn");
+    let mut n2 = spawn_with("n2", p2, p1, &["--alarms"], Stdio::inherit(), "warn");
     let driver = Cluster::builder()
         .cluster_name("shardline-demo")
         .node_name("test-driver")

@@ -269,3 +269,31 @@ fn a_million_pending_reminders_are_read_a_page_at_a_time() {
     assert!(reads < 100, "{reads} reads");
     let _ = ReminderPosition::before(0);
 }
+
+#[test]
+fn a_burst_due_at_once_is_read_no_faster_than_it_fires() {
+    // 5,000 reminders due at the same moment, and firings that take their time: the schedule
+    // reads a page only while fewer than a page are known, so fewer than two pages are ever
+    // known, however fast pages could be read.
+    let mut db = Db::default();
+    for i in 0..5_000u64 {
+        db.0.insert((format!("e{i}"), "r".into()), (1_000, 0));
+    }
+    let config = ScheduleConfig { lookahead_ms: 30_000, page: 100, retry_ms: 1_000 };
+    let mut s = ReminderSchedule::new(config);
+    let mut firing = Vec::new();
+    for step in 0..200 {
+        while let Some(r) = s.read_due(2_000) {
+            let page = db.page(&r);
+            s.read_done(&r, Some(page));
+        }
+        firing.extend(s.take_due(2_000));
+        assert!(s.len() < 200, "{} known at step {step}", s.len());
+        // One firing in ten completes per step.
+        for f in firing.drain(..firing.len().min(10)) {
+            let ack = s.fired(&f, true, 2_000).expect("handled");
+            db.apply(&ack);
+            s.acked(&ack);
+        }
+    }
+}

@@ -294,7 +294,7 @@ async fn a_budget_bounds_the_entities_in_memory_and_admission_keeps_the_hot_ones
 }
 
 /// Counts the stop hooks of `Stops` entities.
-static STOPPED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static BUDGET_STOPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 struct Stops;
 
@@ -306,7 +306,7 @@ impl Entity for Stops {
     }
     async fn handle(&mut self, _ctx: &mut EntityContext, _msg: ()) {}
     async fn stopped(&mut self, _ctx: &mut EntityContext) {
-        STOPPED.fetch_add(1, Ordering::SeqCst);
+        BUDGET_STOPS.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -324,7 +324,7 @@ async fn an_entity_the_budget_passivates_runs_its_stop_hook() {
     eventually("the tasks go idle", Duration::from_secs(10), move || h2.active_entities() == 0).await;
     let h3 = h.clone();
     eventually("every passivated entity's stop hook ran", Duration::from_secs(10), move || {
-        STOPPED.load(Ordering::SeqCst) + h3.local_entities() == 60
+        BUDGET_STOPS.load(Ordering::SeqCst) + h3.local_entities() == 60
     })
     .await;
     assert!(h.local_entities() <= 5, "{} in memory", h.local_entities());
@@ -337,7 +337,7 @@ async fn an_entity_the_budget_passivates_runs_its_stop_hook() {
     }
     let h3 = h.clone();
     eventually("every idle entity picked ran its stop hook", Duration::from_secs(10), move || {
-        STOPPED.load(Ordering::SeqCst) + h3.local_entities() == 65
+        BUDGET_STOPS.load(Ordering::SeqCst) + h3.local_entities() == 65
     })
     .await;
 }

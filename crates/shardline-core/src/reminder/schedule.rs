@@ -19,7 +19,8 @@ use super::{next_due, ReminderChange, ReminderPosition, StoredReminder};
 pub struct ScheduleConfig {
     /// How far ahead of now reminders are read (and kept in memory).
     pub lookahead_ms: u64,
-    /// At most this many reminders per read; a read waits while this many are waiting already.
+    /// At most this many reminders per read; a read waits while this many are known already
+    /// (waiting, firing or being acknowledged).
     pub page: usize,
     /// How long after a firing the entity did not handle it fires again.
     pub retry_ms: u64,
@@ -158,7 +159,9 @@ impl ReminderSchedule {
         let until_ms = now_ms.saturating_add(self.config.lookahead_ms);
         let after = match &self.read_to {
             ReadTo::Nothing => None,
-            ReadTo::After(last) if self.waiting.len() < self.config.page => Some(last.clone()),
+            // Known, not only waiting: firings in flight count, or a burst due at once would be
+            // read whole while its first pages fire.
+            ReadTo::After(last) if self.known.len() < self.config.page => Some(last.clone()),
             ReadTo::After(_) => return None,
             ReadTo::Until(ms) if *ms <= now_ms.saturating_add(self.config.lookahead_ms / 2) => {
                 Some(ReminderPosition::before(*ms))
@@ -300,7 +303,7 @@ impl ReminderSchedule {
         let read = match &self.read_to {
             _ if self.reading => None,
             ReadTo::Nothing => Some(now_ms),
-            ReadTo::After(_) if self.waiting.len() < self.config.page => Some(now_ms),
+            ReadTo::After(_) if self.known.len() < self.config.page => Some(now_ms),
             ReadTo::After(_) => None,
             ReadTo::Until(ms) => Some(ms.saturating_sub(self.config.lookahead_ms / 2)),
         };

@@ -412,7 +412,8 @@ impl Cluster {
 
     /// Serves until `signal` resolves, then leaves gracefully ([`leave`](Self::leave)): the end
     /// of a tokio application's `main`. `signal` is any future: `tokio::signal::ctrl_c()`, a
-    /// `CancellationToken`'s `cancelled()`, a channel's receive. Returns early, with
+    /// `CancellationToken`'s `cancelled()`, a channel's receive. Returns once the node left
+    /// another way (a drain through the admin API), and early, with
     /// `Unavailable` and the reason, when the node was declared down or fenced first: it no
     /// longer serves, and its runner decides whether to start a new incarnation.
     ///
@@ -424,6 +425,8 @@ impl Cluster {
     pub async fn leave_on(&self, signal: impl std::future::Future<Output = ()>) -> Result<(), Error> {
         tokio::select! {
             () = signal => self.leave().await,
+            // Left another way meanwhile (a drain through the admin API).
+            left = self.left() => left,
             why = self.downed() => Err(Error::Unavailable(format!("this node stopped serving: {why}"))),
         }
     }

@@ -37,7 +37,27 @@ async fn run<E: Entity>(host: Weak<ShardHost<E>>, claim: Arc<ShardClaim>, me: Ar
     // Acknowledgements to write, kept until they commit.
     let mut acks: Vec<ReminderChange> = Vec::new();
     let shard = claim.shard();
+    // Claimed before the first read: a deposed owner can then no longer store a reminder this
+    // read would miss, nor acknowledge one.
     loop {
+        let Some(epoch) = host.upgrade().map(|h| h.epoch()) else { return };
+        match claim.ensure(epoch).await {
+            Ok(()) => break,
+            Err(e @ JournalError::Fenced { .. }) => {
+                debug!(type_key = claim.type_key(), %shard, error = %e, "reminders not read: the shard is fenced");
+                return;
+            }
+            Err(e) => {
+                warn!(type_key = claim.type_key(), %shard, error = %e, "the shard cannot be claimed for its reminders: trying again");
+                tokio::time::sleep(BACKOFF).await;
+            }
+        }
+    }
+    loop {
+        // The host stops this task when it stops; a host dropped otherwise ends it here.
+        if host.strong_count() == 0 {
+            return;
+        }
         let now = unix_ms(SystemTime::now());
         let read = me.schedule().read_due(now);
         let mut failed = false;
@@ -76,6 +96,8 @@ async fn run<E: Entity>(host: Weak<ShardHost<E>>, claim: Arc<ShardClaim>, me: Ar
                         s.acked(&ack);
                     }
                 }
+                // The shard stays here at a newer epoch, raised while this was written: again at it.
+                Err(JournalError::Fenced { .. }) if host.upgrade().is_some_and(|h| h.epoch() > epoch) => continue,
                 Err(e @ JournalError::Fenced { .. }) => {
                     // A newer owner has the shard and fires its reminders.
                     debug!(type_key = claim.type_key(), %shard, error = %e, "reminders stop: the shard is fenced");
