@@ -1,9 +1,10 @@
 //! `ReminderSchedule` against a model of the journal: reads that are answered late (their page
 //! taken at any moment between the request and the answer), local changes committed while a
-//! read is in flight, acknowledgements that commit later than the firing, firings that fail.
-//! Checked after every step: a firing is of the reminder the journal holds now (never of one
-//! cancelled, replaced or already acknowledged), no firing of a due time is delivered twice
-//! unless the first was not handled, memory stays within pages; and at the end, with time run
+//! read is in flight, acknowledgements that commit later than the firing (or in the entity's own
+//! transaction, before it), firings that fail, writes whose outcome is unknown. Checked after
+//! every step: a firing is of the reminder the journal holds now (never of one cancelled,
+//! replaced or already acknowledged), no firing of a due time is delivered twice unless the
+//! first was not handled or a write of unknown outcome touched it, memory stays within pages; and at the end, with time run
 //! past every due time, every reminder that fell due has fired.
 
 use std::collections::{BTreeMap, HashMap};
@@ -132,8 +133,19 @@ impl World {
                     let every = if arg % 3 == 0 { 500 + (arg >> 9) % 5_000 } else { 0 };
                     ReminderChange::Set(StoredReminder { entity_id: e, name: n, due_ms: due, every_ms: every })
                 };
-                self.db.apply(&c);
-                self.s.changed(&c);
+                // One in four writes loses its connection while committing: stored or not, the
+                // entity cannot tell, and a firing of that reminder may come again.
+                let unknown = (arg >> 40) % 4 == 0;
+                if !unknown || (arg >> 42) % 2 == 0 {
+                    self.db.apply(&c);
+                }
+                if unknown {
+                    let key = (c.entity_id().to_string(), c.name().to_string());
+                    self.delivered.retain(|(k, _), _| *k != key);
+                    self.s.unsure(&key.0, &key.1);
+                } else {
+                    self.s.changed(&c);
+                }
             }
             // The read in flight takes its page, or is answered.
             4 | 5 => match self.read.take() {
@@ -154,6 +166,11 @@ impl World {
                     let handled = arg % 6 != 0;
                     if !handled {
                         self.delivered.remove(&((f.entity_id.clone(), f.name.clone()), f.due_ms));
+                    } else if (arg >> 40) % 3 == 0 {
+                        // The entity stored the acknowledgement in its own transaction (an
+                        // event-sourced one's append): the driver's own write changes nothing.
+                        self.db.apply(&f.ack());
+                        self.s.changed(&f.ack());
                     }
                     if let Some(ack) = self.s.fired(&f, handled, self.now) {
                         self.acking.push(ack);

@@ -1,7 +1,7 @@
 //! Durable reminders on real in-process nodes: they fire when due and not before, repeat until
-//! cancelled, survive the crash of the node that set them, and a firing delivered again is
-//! applied once by an event-sourced entity. Each test uses the in-memory journal, shared by its
-//! nodes as a database would be.
+//! cancelled, survive the crash of the node that set them and writes of unknown outcome, and an
+//! event-sourced entity's firing is acknowledged in the append of what it did. Each test uses
+//! the in-memory journal, shared by its nodes as a database would be.
 
 mod common;
 
@@ -131,15 +131,49 @@ async fn a_reminder_fires_on_the_next_owner_after_a_crash() {
     a.leave().await.unwrap();
 }
 
-/// A journal that refuses the acknowledgements of firings while `refuse` is set: as if its node
-/// died after the entity handled the reminder and before the acknowledgement was written.
-#[derive(Clone)]
-struct NoAcks {
-    inner: InMemoryJournal,
-    refuse: Arc<AtomicBool>,
+/// A reminder set by a write whose outcome the entity cannot know (the journal committed it,
+/// then the connection was lost): `remind` says so with `OutcomeUnknown`, and the reminder,
+/// stored, fires, though it is due before where the shard's schedule had read to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reminder_stored_by_a_write_of_unknown_outcome_fires() {
+    logs();
+    let shared = InMemoryJournal::new();
+    let journal = Faulty::new(&shared);
+    let a = Cluster::builder().cluster_name("remind-unknown").build().await.unwrap();
+    let settings = EntitySettings::new("alarm").shards(8).journal(journal.clone()).reminders();
+    let h = a.register::<Alarm>(settings).await.unwrap();
+    // A first reminder fires: the shard's schedule has read the journal past the next one.
+    h.entity_ref("unknown-1").ask(AlarmCmd::Once("first".into(), 10)).await.unwrap().unwrap();
+    eventually("the first fired", Duration::from_secs(10), || !fired("unknown-1").is_empty()).await;
+    journal.unknown_sets.store(true, Ordering::SeqCst);
+    let r = h.entity_ref("unknown-1").ask(AlarmCmd::Once("second".into(), 300)).await.unwrap();
+    assert!(matches!(r, Err(Error::OutcomeUnknown(_))), "{r:?}");
+    journal.unknown_sets.store(false, Ordering::SeqCst);
+    eventually("the reminder stored by the unknown write fired", Duration::from_secs(10), || {
+        fired("unknown-1").iter().any(|f| f.0 == "second")
+    })
+    .await;
+    a.leave().await.unwrap();
 }
 
-impl Journal for NoAcks {
+/// A journal with faults: while `refuse_acks` is set it refuses the acknowledgements of firings
+/// (as if its node died after the entity handled the reminder and before the acknowledgement
+/// was written); while `unknown_sets` is set it stores the reminders set and answers
+/// `CommitUnknown` (the connection lost while the write committed).
+#[derive(Clone)]
+struct Faulty {
+    inner: InMemoryJournal,
+    refuse_acks: Arc<AtomicBool>,
+    unknown_sets: Arc<AtomicBool>,
+}
+
+impl Faulty {
+    fn new(inner: &InMemoryJournal) -> Self {
+        Faulty { inner: inner.clone(), refuse_acks: Arc::default(), unknown_sets: Arc::default() }
+    }
+}
+
+impl Journal for Faulty {
     fn raise_fence(&self, fence: &Fence) -> BoxFuture<'_, Result<shardline::Epoch, JournalError>> {
         self.inner.raise_fence(fence)
     }
@@ -172,8 +206,16 @@ impl Journal for NoAcks {
     }
     fn change_reminders(&self, fence: &Fence, changes: Vec<ReminderChange>) -> BoxFuture<'_, Result<(), JournalError>> {
         let ack = changes.iter().any(|c| matches!(c, ReminderChange::Fired { .. }));
-        if ack && self.refuse.load(Ordering::SeqCst) {
+        if ack && self.refuse_acks.load(Ordering::SeqCst) {
             return Box::pin(async { Err(JournalError::Unavailable("acknowledgements refused".into())) });
+        }
+        let set = changes.iter().any(|c| matches!(c, ReminderChange::Set(_)));
+        if set && self.unknown_sets.load(Ordering::SeqCst) {
+            let write = self.inner.change_reminders(fence, changes);
+            return Box::pin(async move {
+                write.await?;
+                Err(JournalError::CommitUnknown("the connection was lost while committing".into()))
+            });
         }
         self.inner.change_reminders(fence, changes)
     }
@@ -194,7 +236,7 @@ impl Journal for NoAcks {
 
 /// An order that expires: placing it sets a reminder; the reminder's command appends
 /// `Expired` every time it runs (naively: it does not look whether it expired already), so only
-/// the firing's request id keeps a second delivery from applying it twice.
+/// the runtime keeps a firing from being applied twice.
 #[derive(Default, Serialize, Deserialize)]
 struct Order {
     placed: bool,
@@ -250,10 +292,12 @@ impl EventSourced for Order {
 }
 
 /// The node hosting an order handles its expiry reminder (the `Expired` event is stored) but
-/// cannot acknowledge it, then crashes. The survivor fires the reminder again: the order
-/// applies it once, and the acknowledgement clears it.
+/// cannot write acknowledgements of its own, then crashes. The firing was acknowledged in the
+/// append that stored `Expired`, so the reminder is gone already, and the survivor
+/// has nothing to fire again, whenever it takes the shard over (even after the entity has
+/// forgotten the firing's request id).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_firing_delivered_again_after_a_crash_is_applied_once() {
+async fn a_firing_is_acknowledged_in_the_append_of_its_command() {
     logs();
     let shared = InMemoryJournal::new();
     let mut nodes = Vec::new();
@@ -263,7 +307,7 @@ async fn a_firing_delivered_again_after_a_crash_is_applied_once() {
             builder = builder.membership(Gossip::new([Cluster::local_addr(first).to_string()]));
         }
         let c = builder.build().await.unwrap();
-        let journal = NoAcks { inner: shared.clone(), refuse: Arc::new(AtomicBool::new(false)) };
+        let journal = Faulty::new(&shared);
         let settings = EntitySettings::new("order").shards(8).journal(journal.clone()).reminders();
         let h = c.register_event_sourced::<Order>(settings, EventSourcedSettings::default()).await.unwrap();
         nodes.push((c, h, journal));
@@ -275,7 +319,7 @@ async fn a_firing_delivered_again_after_a_crash_is_applied_once() {
         .map(|i| format!("order-{i}"))
         .find(|id| hb.entities().hosted_shards().contains(&hb.entities().shard_of(id)))
         .expect("b hosts a shard");
-    jb.refuse.store(true, Ordering::SeqCst);
+    jb.refuse_acks.store(true, Ordering::SeqCst);
     hb.ask(&id, OrderCmd::Place).await.unwrap();
     let pid = format!("order|{id}");
     let expired = |events: &[StoredEvent]| events.iter().filter(|e| e.event.payload == [1]).count();
@@ -286,20 +330,18 @@ async fn a_firing_delivered_again_after_a_crash_is_applied_once() {
     }
     let shard = hb.entities().shard_of(&id);
     let stored = shared.due_reminders("order", shard, None, u64::MAX >> 1, 10).await.unwrap();
-    assert_eq!(stored.len(), 1, "the unacknowledged reminder is still stored: {stored:?}");
+    assert!(stored.is_empty(), "the append that stored the expiry did not acknowledge it: {stored:?}");
     b.crash();
+    // The survivor hosts the shard and has read its reminders, none of which is this one.
+    let (a, ha, _) = &nodes[0];
     let started = std::time::Instant::now();
-    loop {
-        let left = shared.due_reminders("order", shard, None, u64::MAX >> 1, 10).await.unwrap();
-        if left.is_empty() {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(40), "a never fired and acknowledged the reminder: {left:?}");
+    while !ha.entities().hosted_shards().contains(&shard) {
+        assert!(started.elapsed() < Duration::from_secs(40), "a never took the shard over");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let events = shared.read(&pid, 1).await.unwrap();
     assert_eq!(expired(&events), 1, "the expiry was applied {} times", expired(&events));
-    let (a, ha, _) = &nodes[0];
     assert_eq!(ha.ask(&id, OrderCmd::Place).await.unwrap(), 1);
     a.leave().await.unwrap();
 }

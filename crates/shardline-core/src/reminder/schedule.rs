@@ -54,6 +54,10 @@ pub struct Firing {
     pub due_ms: u64,
     /// Its period (0: once).
     pub every_ms: u64,
+    /// Its next due time once handled (None: it fires once), fixed when it fires: the
+    /// acknowledgement stores this one, wherever it is written (by the schedule's driver, or in
+    /// the transaction of what the entity did with the firing).
+    pub next_ms: Option<u64>,
 }
 
 /// How far the journal's reminders have been read.
@@ -124,6 +128,21 @@ pub struct ReminderSchedule {
     /// Local changes made while a read was in flight, newest last per key: they win over the
     /// page, which may have been read before they committed.
     touched: HashMap<Key, Option<StoredReminder>>,
+    /// The page in flight may predate a change this schedule cannot place (one of unknown
+    /// outcome, or an acknowledgement of a reminder not known here): it is dropped.
+    stale_read: bool,
+}
+
+impl Firing {
+    /// Its acknowledgement: the reminder is removed, or moved to its next time.
+    pub fn ack(&self) -> ReminderChange {
+        ReminderChange::Fired {
+            entity_id: self.entity_id.clone(),
+            name: self.name.clone(),
+            due_ms: self.due_ms,
+            next_ms: self.next_ms,
+        }
+    }
 }
 
 impl ReminderSchedule {
@@ -136,6 +155,7 @@ impl ReminderSchedule {
             read_to: ReadTo::Nothing,
             reading: false,
             touched: HashMap::new(),
+            stale_read: false,
         }
     }
 
@@ -177,6 +197,10 @@ impl ReminderSchedule {
     pub fn read_done(&mut self, request: &ReadRequest, page: Option<Vec<StoredReminder>>) {
         self.reading = false;
         let touched = std::mem::take(&mut self.touched);
+        if std::mem::take(&mut self.stale_read) {
+            // Read again, from the start after `unsure`: this page may predate the change.
+            return;
+        }
         let Some(page) = page else { return };
         let full = page.len() >= request.max;
         let new_read_to = match page.last() {
@@ -210,15 +234,29 @@ impl ReminderSchedule {
         }
     }
 
-    /// A change this node committed (its entity set or cancelled a reminder). A set reminder is
+    /// A change this node committed: its entity set or cancelled a reminder, or stored a
+    /// firing's acknowledgement in its own transaction ([`Firing::ack`]). A set reminder is
     /// known at once when it is due before the read position, and read later otherwise.
     pub fn changed(&mut self, change: &ReminderChange) {
         let key = (change.entity_id().to_string(), change.name().to_string());
         let now = match change {
             ReminderChange::Set(r) => Some(r.clone()),
             ReminderChange::Cancel { .. } => None,
-            // An acknowledgement's own effect is applied by `acked`.
-            ReminderChange::Fired { .. } => return,
+            ReminderChange::Fired { entity_id, name, due_ms, next_ms } => match self.known.get(&key) {
+                // The stored one was the firing's: now it is gone or at its next time.
+                Some(k) if k.due_ms == *due_ms => next_ms.map(|due_ms| StoredReminder {
+                    entity_id: entity_id.clone(),
+                    name: name.clone(),
+                    due_ms,
+                    every_ms: k.every_ms,
+                }),
+                // It changed nothing, or what is not known here: a later read finds what is
+                // stored, but a page in flight may hold what was.
+                _ => {
+                    self.stale_read |= self.reading;
+                    return;
+                }
+            },
         };
         self.forget(&key);
         if self.reading {
@@ -227,6 +265,17 @@ impl ReminderSchedule {
         if let Some(r) = now {
             self.settle(r);
         }
+    }
+
+    /// A change of `entity_id`'s reminder `name` whose outcome is unknown (the journal lost the
+    /// connection while committing it): it may be stored or not. What is known of that reminder
+    /// is dropped and the journal is read again from the start, where the stored one is found,
+    /// whichever it is. Without this, a reminder set by such a write and due before the read
+    /// position would never be read.
+    pub fn unsure(&mut self, entity_id: &str, name: &str) {
+        self.forget(&(entity_id.to_string(), name.to_string()));
+        self.read_to = ReadTo::Nothing;
+        self.stale_read = self.reading;
     }
 
     /// The reminders due by `now_ms`, now firing: deliver each to its entity and report with
@@ -241,7 +290,8 @@ impl ReminderSchedule {
             let key = (entity_id, name);
             if let Some(k) = self.known.get_mut(&key) {
                 k.state = State::Firing;
-                out.push(Firing { entity_id: key.0, name: key.1, due_ms: k.due_ms, every_ms: k.every_ms });
+                let next_ms = next_due(k.due_ms, k.every_ms, now_ms);
+                out.push(Firing { entity_id: key.0, name: key.1, due_ms: k.due_ms, every_ms: k.every_ms, next_ms });
             }
         }
         out
@@ -264,35 +314,16 @@ impl ReminderSchedule {
             return None;
         }
         k.state = State::Acking;
-        Some(ReminderChange::Fired {
-            entity_id: key.0,
-            name: key.1,
-            due_ms: firing.due_ms,
-            next_ms: next_due(firing.due_ms, firing.every_ms, now_ms),
-        })
+        Some(firing.ack())
     }
 
     /// An acknowledgement [`fired`](Self::fired) returned committed: the reminder is gone, or
-    /// waits for its next time.
+    /// waits for its next time. The same as [`changed`](Self::changed): an acknowledgement moves
+    /// the stored reminder whoever wrote it, even one fired again after
+    /// [`unsure`](Self::unsure) dropped what was known.
     pub fn acked(&mut self, ack: &ReminderChange) {
-        let ReminderChange::Fired { entity_id, name, due_ms, next_ms } = ack else { return };
-        let key = (entity_id.clone(), name.clone());
-        let Some(k) = self.known.get(&key).copied() else { return };
-        if k.state != State::Acking || k.due_ms != *due_ms {
-            return;
-        }
-        self.forget(&key);
-        let next = next_ms.map(|due_ms| StoredReminder {
-            entity_id: entity_id.clone(),
-            name: name.clone(),
-            due_ms,
-            every_ms: k.every_ms,
-        });
-        if self.reading {
-            self.touched.insert(key, next.clone());
-        }
-        if let Some(r) = next {
-            self.settle(r);
+        if matches!(ack, ReminderChange::Fired { .. }) {
+            self.changed(ack);
         }
     }
 

@@ -140,7 +140,8 @@ impl EntityContext {
     /// [`Entity::reminded`] when due, on whichever node hosts the shard then, at least once.
     /// `Rejected` for a type without [`EntitySettings::reminders`](crate::EntitySettings::reminders),
     /// an empty name, a zero period or a time that cannot be stored; `Unavailable` when the
-    /// journal refused or could not be reached (nothing was stored).
+    /// journal refused or could not be reached (nothing was stored); `OutcomeUnknown` when the
+    /// connection was lost while it committed (it may be stored: setting it again is safe).
     ///
     /// ```no_run
     /// # use shardline::{EntityContext, When};
@@ -173,12 +174,19 @@ impl EntityContext {
             Ok(()) => claim.journal().change_reminders(&self.fence(), vec![change.clone()]).await,
             Err(e) => Err(e),
         };
-        stored.map_err(|e| match e {
-            JournalError::Failed(m) => Error::Rejected(m),
-            e => Error::Unavailable(format!("the reminder was not stored: {e}")),
-        })?;
-        reminders.changed(&change);
-        Ok(())
+        match stored {
+            Ok(()) => {
+                reminders.changed(&change);
+                Ok(())
+            }
+            Err(JournalError::Failed(m)) => Err(Error::Rejected(m)),
+            Err(e @ JournalError::CommitUnknown(_)) => {
+                // Stored or not: the schedule reads the journal again to find out.
+                reminders.unsure(&change);
+                Err(Error::OutcomeUnknown(format!("the reminder may or may not be stored: {e}")))
+            }
+            Err(e) => Err(Error::Unavailable(format!("the reminder was not stored: {e}"))),
+        }
     }
 
     /// Reminder changes committed with this entity's events: the shard's schedule learns them.
@@ -186,6 +194,16 @@ impl EntityContext {
         if let Some(r) = &self.reminders {
             for c in changes {
                 r.changed(c);
+            }
+        }
+    }
+
+    /// Reminder changes written with this entity's events by an append whose outcome is
+    /// unknown: the shard's schedule reads the journal again.
+    pub(crate) fn reminders_unsure(&self, changes: &[ReminderChange]) {
+        if let Some(r) = &self.reminders {
+            for c in changes {
+                r.unsure(c);
             }
         }
     }

@@ -23,7 +23,9 @@
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use shardline_core::reminder::{ReminderChange, ReminderSchedule, ScheduleConfig, StoredReminder, MAX_DUE_MS};
+use shardline_core::reminder::{
+    next_due, ReminderChange, ReminderSchedule, ScheduleConfig, StoredReminder, MAX_DUE_MS,
+};
 use tokio::sync::{oneshot, Notify};
 
 use crate::error::Error;
@@ -91,12 +93,26 @@ pub struct Reminder {
     pub(crate) name: String,
     pub(crate) due_ms: u64,
     pub(crate) every_ms: u64,
+    /// Where its acknowledgement moves it (None: it is removed), fixed when it fired.
+    pub(crate) next_ms: Option<u64>,
 }
 
 impl Reminder {
     /// A reminder named `name` due at `due` (for tests of an entity's `reminded`).
     pub fn new(name: impl Into<String>, due: SystemTime, every: Option<Duration>) -> Self {
-        Reminder { name: name.into(), due_ms: due_ms(due), every_ms: every.map_or(0, ms_up) }
+        let (due_ms, every_ms) = (due_ms(due), every.map_or(0, ms_up));
+        Reminder { name: name.into(), due_ms, every_ms, next_ms: next_due(due_ms, every_ms, due_ms) }
+    }
+
+    /// Its acknowledgement, for `entity_id`: stored in the transaction of what the entity did
+    /// with it, so that a crash after that commit does not fire it again.
+    pub(crate) fn ack(&self, entity_id: &str) -> ReminderChange {
+        ReminderChange::Fired {
+            entity_id: entity_id.to_string(),
+            name: self.name.clone(),
+            due_ms: self.due_ms,
+            next_ms: self.next_ms,
+        }
     }
 
     /// Its name.
@@ -148,6 +164,12 @@ impl ShardReminders {
     /// A change this node committed for one of the shard's entities.
     pub fn changed(&self, change: &ReminderChange) {
         self.schedule().changed(change);
+        self.wake.notify_one();
+    }
+
+    /// A change whose commit outcome is unknown: the schedule reads the journal again.
+    pub fn unsure(&self, change: &ReminderChange) {
+        self.schedule().unsure(change.entity_id(), change.name());
         self.wake.notify_one();
     }
 }

@@ -66,7 +66,7 @@ use tracing::{error, warn};
 use super::EntityHandle;
 use super::{Entity, EntityContext};
 use crate::error::Error;
-use crate::journal::{AppendRequest, EventRecord, JournalError, RecordedReply, Snapshot, READ_PAGE};
+use crate::journal::{AppendRequest, EventRecord, JournalError, RecordedReply, ReminderChange, Snapshot, READ_PAGE};
 use crate::sabotage::{self, Sabotage};
 
 /// State that is the fold of its events. See the [module docs](self).
@@ -209,6 +209,9 @@ pub struct Persistent<T: EventSourced> {
     /// refusing a request as applied already means the state was not the journal's (two
     /// instances, or a recovery that raced an append): logged as the bug it is.
     replies_complete: bool,
+    /// The acknowledgement of the reminder whose command is running: written in that command's
+    /// append, so that a crash after it commits does not fire the reminder again.
+    firing: Option<ReminderChange>,
 }
 
 pub use crate::journal::persistence_id;
@@ -355,6 +358,9 @@ impl<T: EventSourced> Persistent<T> {
                 Ok(reply)
             }
             Err(e) => {
+                if let JournalError::CommitUnknown(_) = &e {
+                    ctx.reminders_unsure(&reminders);
+                }
                 if let JournalError::Duplicate { request_id, .. } = &e {
                     // Every reply the journal keeps was in memory, and this instance is its
                     // history's only writer: a request applied that it does not know of means its
@@ -400,7 +406,12 @@ impl<T: EventSourced> Persistent<T> {
                 ctx.reminders_changed(&reminders);
                 Ok(reply)
             }
-            Err(e) => already_applied(pid, e),
+            Err(e) => {
+                if let JournalError::CommitUnknown(_) = &e {
+                    ctx.reminders_unsure(&reminders);
+                }
+                already_applied(pid, e)
+            }
         }
     }
 
@@ -438,7 +449,8 @@ impl<T: EventSourced> Persistent<T> {
             remember: ctx.persistence.remember.is_some(),
             reply: recorded.clone(),
             keep_replies: ctx.persistence.event_sourced.reply_retention.saturating_add(CLOCK_SKEW_MARGIN),
-            reminders: reminders::changes::<T>(ctx, events)?,
+            // The firing first: a reminder its events set again is then not removed by it.
+            reminders: self.firing.iter().cloned().chain(reminders::changes::<T>(ctx, events)?).collect(),
         };
         Ok((request, recorded))
     }
@@ -471,7 +483,14 @@ impl<T: EventSourced> Entity for Persistent<T> {
     type Reply = Result<T::Reply, PersistError>;
 
     fn new(id: &EntityId) -> Self {
-        Persistent { id: id.clone(), state: None, snapshot_at: 0, replies: VecDeque::new(), replies_complete: false }
+        Persistent {
+            id: id.clone(),
+            state: None,
+            snapshot_at: 0,
+            replies: VecDeque::new(),
+            replies_complete: false,
+            firing: None,
+        }
     }
 
     async fn handle(&mut self, ctx: &mut EntityContext, msg: Persist<T::Command>) -> Result<T::Reply, PersistError> {

@@ -90,7 +90,10 @@ impl<T: EventSourced> Persistent<T> {
         };
         let Some(command) = state.on_reminder(&reminder) else { return Ok(()) };
         let msg = Persist { request_id: Some(RequestId::new(reminder.firing_id())), command };
-        self.run(ctx, msg).await?;
+        self.firing = Some(reminder.ack(self.id.as_str()));
+        let run = self.run(ctx, msg).await;
+        self.firing = None;
+        run?;
         Ok(())
     }
 }

@@ -124,8 +124,8 @@ pub async fn reminder_changes_are_fenced_and_whole(j: &dyn Journal, t: &str) -> 
     Ok(())
 }
 
-/// Reminders carried by an append are written in its transaction: with its events, or not at
-/// all when it is refused.
+/// Reminders carried by an append are written in its transaction, in order: with its events, or
+/// not at all when it is refused.
 pub async fn reminders_commit_with_their_append(j: &dyn Journal, t: &str) -> Check {
     let f = fence(t, 0, e(1, 0));
     j.raise_fence(&f).await.map_err(|e| e.to_string())?;
@@ -148,7 +148,15 @@ pub async fn reminders_commit_with_their_append(j: &dyn Journal, t: &str) -> Che
     ensure!(j.last_seq(&pid).await.map_err(|e| e.to_string())? == 1, "the refused append wrote events");
     let got = read_all(j, t, 0, 1_000, 10).await?;
     ensure!(got == vec![reminder("a", "expire", 500, 0)], "after an append and two refused ones: {got:?}");
-    let mut cancel = append(&f, &pid, 1, 1);
+    // A reminder's command acknowledges its firing, and its event sets the reminder again, at
+    // the very time that fired: applied in order, so it stays.
+    let mut again = append(&f, &pid, 1, 1);
+    let ack = ReminderChange::Fired { entity_id: "a".into(), name: "expire".into(), due_ms: 500, next_ms: None };
+    again.reminders = vec![ack, set("a", "expire", 500, 0)];
+    j.append(again).await.map_err(|e| e.to_string())?;
+    let got = read_all(j, t, 0, 1_000, 10).await?;
+    ensure!(got == vec![reminder("a", "expire", 500, 0)], "acknowledged, then set again, in one append: {got:?}");
+    let mut cancel = append(&f, &pid, 2, 1);
     cancel.reminders = vec![ReminderChange::Cancel { entity_id: "a".into(), name: "expire".into() }];
     j.append(cancel).await.map_err(|e| e.to_string())?;
     ensure!(read_all(j, t, 0, 1_000, 10).await?.is_empty(), "an append's cancel was not applied");

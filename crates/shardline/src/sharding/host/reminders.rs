@@ -137,7 +137,12 @@ async fn run<E: Entity>(host: Weak<ShardHost<E>>, claim: Arc<ShardClaim>, me: Ar
 /// Delivers a due reminder to its entity, starting it if needed; reports whether it was handled.
 fn fire<E: Entity>(host: &Arc<ShardHost<E>>, firing: Firing, done: mpsc::UnboundedSender<(Firing, bool)>) {
     let (tx, rx) = oneshot::channel();
-    let reminder = Reminder { name: firing.name.clone(), due_ms: firing.due_ms, every_ms: firing.every_ms };
+    let reminder = Reminder {
+        name: firing.name.clone(),
+        due_ms: firing.due_ms,
+        every_ms: firing.every_ms,
+        next_ms: firing.next_ms,
+    };
     let id = EntityId::new(firing.entity_id.clone());
     // Given back when the shard is stopping: not handled here, the next owner fires it.
     let _ = host.try_deliver(&id, Body::Reminder(Delivery { reminder, done: tx }));
