@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use shardline::entity::Persist;
 use shardline::{Cluster, EntityHandle, EntityRef, EntitySettings, StrategyKind};
 use shardline_cli::membership::MembershipSpec;
 
@@ -372,7 +373,7 @@ async fn all_shards_answer(
         for p in probes.iter() {
             let (accounts, p) = (accounts.clone(), p.clone());
             asks.push(tokio::spawn(async move {
-                accounts.ask_timeout(p, AccountCmd::Balance, None, Duration::from_millis(200)).await.is_ok()
+                accounts.ask_timeout(p, AccountCmd::Balance, Duration::from_millis(200)).await.is_ok()
             }));
         }
         let mut ok = true;
@@ -404,10 +405,9 @@ async fn failover(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
             while !stop.load(Ordering::Relaxed) {
                 i = i.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
                 let _ = accounts
-                    .ask_timeout(
+                    .ask_persist(
                         format!("acct-{}", i % 10_000),
-                        AccountCmd::Deposit { op: i, amount: 1 },
-                        None,
+                        Persist { request_id: None, command: AccountCmd::Deposit { op: i, amount: 1 } },
                         Duration::from_secs(1),
                     )
                     .await;

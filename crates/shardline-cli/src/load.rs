@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use shardline::entity::Persist;
 use shardline::{Error, NodeId, Processed};
 
 use shardline_cli::attempts::Attempts;
@@ -133,7 +134,7 @@ impl Ledger {
                     let reply = loop {
                         let invoke_us = now_us();
                         let accounts = caller.accounts();
-                        match accounts.ask_timeout(range.id(a), AccountCmd::Audit, None, Duration::from_secs(5)).await {
+                        match accounts.ask_timeout(range.id(a), AccountCmd::Audit, Duration::from_secs(5)).await {
                             Ok(r) => {
                                 if let Some(h) = &history {
                                     let _ = h.record(&record(range.id(a), Kind::Audit, 0, 0, None, invoke_us, Ok(&r)));
@@ -277,7 +278,8 @@ async fn ask_retrying(
     loop {
         let accounts = caller.accounts();
         let timeout = accounts.entities().default_ask_timeout();
-        match accounts.ask_timeout(&id, cmd.clone(), request_id.clone(), timeout).await {
+        match accounts.ask_persist(&id, Persist { request_id: request_id.clone(), command: cmd.clone() }, timeout).await
+        {
             Ok(r) => return Ok(r),
             Err(e) => {
                 *errors.entry(error_kind(&e).to_string()).or_default() += 1;
@@ -484,7 +486,7 @@ impl HomeMonitor {
                     for &s in &moved {
                         let (accounts, id) = (accounts.clone(), probes[s].clone());
                         asks.push(tokio::spawn(async move {
-                            accounts.ask_timeout(id, AccountCmd::Balance, None, Duration::from_secs(1)).await.is_ok()
+                            accounts.ask_timeout(id, AccountCmd::Balance, Duration::from_secs(1)).await.is_ok()
                         }));
                     }
                     let mut ok = true;

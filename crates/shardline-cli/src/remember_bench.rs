@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use shardline::entity::Persist;
 use shardline::{Error, StrategyKind};
 use shardline_cli::{register_accounts, AccountCmd, Accounts};
 
@@ -41,7 +42,10 @@ async fn ask_all(accounts: &Accounts, ids: Arc<Vec<String>>, cmd: fn(u64) -> Acc
                 let Some(id) = ids.get(i) else { break };
                 loop {
                     let start = Instant::now();
-                    match accounts.ask_timeout(id, cmd(i as u64), None, ASK_TIMEOUT).await {
+                    match accounts
+                        .ask_persist(id, Persist { request_id: None, command: cmd(i as u64) }, ASK_TIMEOUT)
+                        .await
+                    {
                         Ok(_) => {
                             mine.push(start.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
                             break;

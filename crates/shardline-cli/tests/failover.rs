@@ -138,7 +138,7 @@ async fn every_shard_answers(h: &Accounts, limit: Duration) -> Duration {
     loop {
         let mut failed = Vec::new();
         for (shard, id) in ids.iter().enumerate() {
-            if let Err(e) = h.ask_timeout(id, AccountCmd::Balance, None, Duration::from_millis(300)).await {
+            if let Err(e) = h.ask_timeout(id, AccountCmd::Balance, Duration::from_millis(300)).await {
                 failed.push((shard, e));
             }
         }

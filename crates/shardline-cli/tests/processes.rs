@@ -138,7 +138,7 @@ async fn kill_9_under_load_loses_nothing_acknowledged() {
     let answered: std::collections::BTreeMap<u64, Duration> = acked.iter().map(|d| (d.op, d.answered)).collect();
     let mut later_before_resend = 0;
     for a in 0..ACCOUNTS {
-        let r = h.ask_timeout(format!("acct-{a}"), AccountCmd::Audit, None, Duration::from_secs(10)).await.unwrap();
+        let r = h.ask_timeout(format!("acct-{a}"), AccountCmd::Audit, Duration::from_secs(10)).await.unwrap();
         let mut got = r.ops.clone();
         got.sort_unstable();
         let mut expected: Vec<u64> = acked.iter().filter(|d| d.account == a).map(|d| d.op).collect();

@@ -209,7 +209,7 @@ async fn a_cluster_of_the_previous_protocol_is_updated_one_node_at_a_time_under_
     }
     assert!(acked.len() > 100, "the load ran: {} deposits", acked.len());
     for a in 0..ACCOUNTS {
-        let r = h.ask_timeout(format!("acct-{a}"), AccountCmd::Audit, None, Duration::from_secs(10)).await.unwrap();
+        let r = h.ask_timeout(format!("acct-{a}"), AccountCmd::Audit, Duration::from_secs(10)).await.unwrap();
         let mut got = r.ops.clone();
         got.sort_unstable();
         let mut expected: Vec<u64> = acked.iter().filter(|d| d.account == a).map(|d| d.op).collect();

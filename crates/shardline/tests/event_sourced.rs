@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::{eventually, logs};
 use serde::{Deserialize, Serialize};
+use shardline::entity::Persist;
 use shardline::journal::conformance::append;
 use shardline::journal::{
     AppendRequest, BoxFuture, EventRecord, Fence, InMemoryJournal, Journal, JournalError, RecordedReply,
@@ -268,7 +269,13 @@ async fn a_retry_of_a_request_committed_by_a_node_that_died_before_answering_is_
     let id =
         (0..1_000).map(|i| format!("t{i}")).find(|id| on_a.contains(&hb.entities().shard_of(id))).expect("a hosts one");
     let first = RequestId::new("deposit-1");
-    let err = hb.ask_timeout(&id, TallyCmd::Add(1), Some(first.clone()), Duration::from_secs(5)).await;
+    let err = hb
+        .ask_persist(
+            &id,
+            Persist { request_id: Some(first.clone()), command: TallyCmd::Add(1) },
+            Duration::from_secs(5),
+        )
+        .await;
     assert!(matches!(err, Err(Error::Timeout(_))), "no answer: {err:?}");
     assert_eq!(journal.read(&format!("tally|{id}"), 1).await.unwrap().len(), 1, "committed before the timeout");
     a.crash();

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::event_sourced::fresh_request_id;
-use super::{EventSourced, EventSourcedHandle};
+use super::{EventSourced, EventSourcedHandle, Persist};
 use crate::error::Error;
 
 /// How [`EventSourcedHandle::ask_retrying`] retries.
@@ -83,8 +83,8 @@ impl<T: EventSourced> EventSourcedHandle<T> {
         let request_id = fresh_request_id();
         let mut retry = 0;
         loop {
-            let attempt =
-                self.ask_timeout(id.as_ref(), command.clone(), Some(request_id.clone()), policy.timeout).await;
+            let msg = Persist { request_id: Some(request_id.clone()), command: command.clone() };
+            let attempt = self.ask_persist(id.as_ref(), msg, policy.timeout).await;
             match attempt {
                 Err(e) if RetryPolicy::retries(&e) && retry + 1 < policy.attempts.max(1) => {
                     tracing::debug!(entity = id.as_ref(), error = %e, retry, "ask failed: retried with the same request id");

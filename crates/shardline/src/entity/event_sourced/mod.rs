@@ -587,18 +587,29 @@ impl<T: EventSourced> EventSourcedHandle<T> {
         command: T::Command,
         request_id: RequestId,
     ) -> Result<T::Reply, Error> {
-        self.ask_timeout(id, command, Some(request_id), self.inner.default_ask_timeout()).await
+        let msg = Persist { request_id: Some(request_id), command };
+        self.ask_persist(id, msg, self.inner.default_ask_timeout()).await
     }
 
-    /// A command with an optional request id (None: not recorded) and a timeout.
+    /// [`ask`](Self::ask), waiting up to `timeout` instead of the type's default.
     pub async fn ask_timeout(
         &self,
         id: impl AsRef<str>,
         command: T::Command,
-        request_id: Option<RequestId>,
         timeout: Duration,
     ) -> Result<T::Reply, Error> {
-        let msg = Persist { request_id, command };
+        self.ask_persist(id, Persist { request_id: Some(fresh_request_id()), command }, timeout).await
+    }
+
+    /// Sends the message itself, up to `timeout`: its request id is the caller's, or None for a
+    /// command whose reply is not recorded (a retry of it may apply it again; for loads that
+    /// measure the bare cost).
+    pub async fn ask_persist(
+        &self,
+        id: impl AsRef<str>,
+        msg: Persist<T::Command>,
+        timeout: Duration,
+    ) -> Result<T::Reply, Error> {
         Ok(self.inner.entity_ref(id).ask_timeout(msg, timeout).await??)
     }
 }
