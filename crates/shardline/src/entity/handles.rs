@@ -120,7 +120,8 @@ impl<E: Entity> EntityRef<E> {
         self.ask_timeout(msg, self.region.default_ask_timeout()).await
     }
 
-    /// Sends `msg` and waits for the reply, up to `timeout`.
+    /// Sends `msg` and waits for the reply, up to `timeout`, kept to the millisecond and rounded
+    /// up (never early); [`Error::Timeout`] names the timeout as given.
     ///
     /// # Cancel safety
     /// Dropping the future abandons the reply; the message may still be processed.

@@ -279,7 +279,8 @@ impl EntitySettings {
         self
     }
 
-    /// Default timeout of `ask`.
+    /// Default timeout of `ask`. Deadlines are kept to the millisecond, rounded up, so that
+    /// none is early: a timeout of 1.2 ms waits 2 ms.
     pub fn ask_timeout(mut self, d: Duration) -> Self {
         self.ask_timeout = d;
         self
