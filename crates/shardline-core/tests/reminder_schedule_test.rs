@@ -182,6 +182,20 @@ impl World {
                 if !self.acking.is_empty() {
                     let ack = self.acking.remove(arg as usize % self.acking.len());
                     self.db.apply(&ack);
+                    if let (ReminderChange::Fired { entity_id, name, due_ms, .. }, 0) = (&ack, (arg >> 40) % 4) {
+                        // The entity sets it again, at the very time that fired, before the
+                        // driver learns that the acknowledgement committed: a new reminder.
+                        let again = StoredReminder {
+                            entity_id: entity_id.clone(),
+                            name: name.clone(),
+                            due_ms: *due_ms,
+                            every_ms: 0,
+                        };
+                        self.delivered.remove(&((entity_id.clone(), name.clone()), *due_ms));
+                        let c = ReminderChange::Set(again);
+                        self.db.apply(&c);
+                        self.s.changed(&c);
+                    }
                     self.s.acked(&ack);
                 }
             }

@@ -318,12 +318,19 @@ impl ReminderSchedule {
     }
 
     /// An acknowledgement [`fired`](Self::fired) returned committed: the reminder is gone, or
-    /// waits for its next time. The same as [`changed`](Self::changed): an acknowledgement moves
-    /// the stored reminder whoever wrote it, even one fired again after
-    /// [`unsure`](Self::unsure) dropped what was known.
+    /// waits for its next time. When the reminder known here is no longer the one acknowledged
+    /// but is due at the same time (set again at that very time, or read again after
+    /// [`unsure`](Self::unsure)), which of the two writes committed last cannot be told: it is
+    /// read again.
     pub fn acked(&mut self, ack: &ReminderChange) {
-        if matches!(ack, ReminderChange::Fired { .. }) {
-            self.changed(ack);
+        let ReminderChange::Fired { entity_id, name, due_ms, .. } = ack else { return };
+        let key = (entity_id.clone(), name.clone());
+        match self.known.get(&key) {
+            Some(k) if k.due_ms == *due_ms && k.state == State::Acking => self.changed(ack),
+            Some(k) if k.due_ms == *due_ms => self.unsure(entity_id, name),
+            // Set again at another time (the acknowledgement changed nothing, or came before
+            // it), or not known: a later read finds what is stored, a page in flight may not.
+            _ => self.stale_read |= self.reading,
         }
     }
 
