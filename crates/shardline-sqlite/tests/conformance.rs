@@ -71,6 +71,9 @@ async fn sqlite_outage_under_load() {
     let cut = async move {
         std::thread::spawn(move || {
             let c = rusqlite::Connection::open(&locker_path).expect("a second connection opens");
+            // The node is writing under load: without a busy timeout, BEGIN EXCLUSIVE fails at
+            // once whenever one of its transactions holds the lock.
+            c.busy_timeout(std::time::Duration::from_secs(30)).expect("sets a busy timeout");
             c.execute_batch("BEGIN EXCLUSIVE").expect("takes the write lock");
             let _ = locked_tx.send(());
             let _ = release_rx.recv();

@@ -189,21 +189,16 @@ impl EntityContext {
         }
     }
 
-    /// Reminder changes committed with this entity's events: the shard's schedule learns them.
-    pub(crate) fn reminders_changed(&self, changes: &[ReminderChange]) {
-        if let Some(r) = &self.reminders {
-            for c in changes {
-                r.changed(c);
-            }
-        }
-    }
-
-    /// Reminder changes written with this entity's events by an append whose outcome is
-    /// unknown: the shard's schedule reads the journal again.
-    pub(crate) fn reminders_unsure(&self, changes: &[ReminderChange]) {
-        if let Some(r) = &self.reminders {
-            for c in changes {
-                r.unsure(c);
+    /// The reminder changes of an append of this entity's events, after it: the shard's
+    /// schedule learns those committed, and reads the journal again after a commit of unknown
+    /// outcome. A refused append changed nothing.
+    pub(crate) fn reminders_appended<T>(&self, changes: &[ReminderChange], appended: &Result<T, JournalError>) {
+        let Some(r) = &self.reminders else { return };
+        for c in changes {
+            match appended {
+                Ok(_) => r.changed(c),
+                Err(JournalError::CommitUnknown(_)) => r.unsure(c),
+                Err(_) => {}
             }
         }
     }

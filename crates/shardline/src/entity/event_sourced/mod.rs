@@ -45,14 +45,15 @@
 //! }
 //! ```
 
+mod handle;
 mod reminders;
 
+pub(super) use handle::fresh_request_id;
+pub use handle::EventSourcedHandle;
 pub use reminders::Remind;
 
 use std::collections::VecDeque;
-use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use super::request_id::RequestId;
 use super::schema::decode_old;
@@ -63,7 +64,6 @@ use serde::{Deserialize, Serialize};
 use shardline_core::EntityId;
 use tracing::{error, warn};
 
-use super::EntityHandle;
 use super::{Entity, EntityContext};
 use crate::error::Error;
 use crate::journal::{AppendRequest, EventRecord, JournalError, RecordedReply, ReminderChange, Snapshot, READ_PAGE};
@@ -328,9 +328,10 @@ impl<T: EventSourced> Persistent<T> {
         // reply: its retry must get this answer, not one decided again on a newer state.
         let (request, recorded) = self.append_request(ctx, &pid, last, &events, msg.request_id, &reply)?;
         let reminders = request.reminders.clone();
-        match timed_append(journal.as_ref(), request).await {
+        let appended = timed_append(journal.as_ref(), request).await;
+        ctx.reminders_appended(&reminders, &appended);
+        match appended {
             Ok(new_last) => {
-                ctx.reminders_changed(&reminders);
                 if let Some((state, last)) = self.state.as_mut() {
                     for e in &events {
                         state.apply(e);
@@ -358,9 +359,6 @@ impl<T: EventSourced> Persistent<T> {
                 Ok(reply)
             }
             Err(e) => {
-                if let JournalError::CommitUnknown(_) = &e {
-                    ctx.reminders_unsure(&reminders);
-                }
                 if let JournalError::Duplicate { request_id, .. } = &e {
                     // Every reply the journal keeps was in memory, and this instance is its
                     // history's only writer: a request applied that it does not know of means its
@@ -401,17 +399,11 @@ impl<T: EventSourced> Persistent<T> {
         let last = journal.last_seq(pid).await.map_err(journal_error)?;
         let (request, _) = self.append_request(ctx, pid, last, &events, request_id, &reply)?;
         let reminders = request.reminders.clone();
-        match timed_append(journal.as_ref(), request).await {
-            Ok(_) => {
-                ctx.reminders_changed(&reminders);
-                Ok(reply)
-            }
-            Err(e) => {
-                if let JournalError::CommitUnknown(_) = &e {
-                    ctx.reminders_unsure(&reminders);
-                }
-                already_applied(pid, e)
-            }
+        let appended = timed_append(journal.as_ref(), request).await;
+        ctx.reminders_appended(&reminders, &appended);
+        match appended {
+            Ok(_) => Ok(reply),
+            Err(e) => already_applied(pid, e),
         }
     }
 
@@ -517,26 +509,6 @@ impl<T: EventSourced> Entity for Persistent<T> {
     }
 }
 
-/// The handle of a registered event-sourced type.
-pub struct EventSourcedHandle<T: EventSourced> {
-    pub(crate) inner: EntityHandle<Persistent<T>>,
-    pub(crate) _t: PhantomData<fn() -> T>,
-}
-
-impl<T: EventSourced> Clone for EventSourcedHandle<T> {
-    fn clone(&self) -> Self {
-        EventSourcedHandle { inner: self.inner.clone(), _t: PhantomData }
-    }
-}
-
-/// A request id unique across the nodes of a cluster and their restarts.
-pub(super) fn fresh_request_id() -> RequestId {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    static START: std::sync::OnceLock<u128> = std::sync::OnceLock::new();
-    let start = START.get_or_init(|| SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
-    RequestId::by_runtime(format!("{start:x}-{}-{:x}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)))
-}
-
 /// Refuses a request issued longer ago than replies are kept: its reply may be gone, so this
 /// entity can no longer tell whether it was applied. Refuses one issued further ahead of this
 /// node's clock than the margin replies are kept beyond the retention: its age reads short by
@@ -563,55 +535,6 @@ fn expired(ctx: &EntityContext, pid: &str, rid: &RequestId) -> Result<(), Persis
         )));
     }
     Ok(())
-}
-
-impl<T: EventSourced> EventSourcedHandle<T> {
-    /// The untyped entity handle (shards, homes, counts).
-    pub fn entities(&self) -> &EntityHandle<Persistent<T>> {
-        &self.inner
-    }
-
-    /// Sends a command to entity `id` and waits until its events are durable. The ask gets a
-    /// fresh request id: the runtime's own resends (a bounce, a move) cannot apply it twice.
-    pub async fn ask(&self, id: impl AsRef<str>, command: T::Command) -> Result<T::Reply, Error> {
-        self.ask_with_request_id(id, command, fresh_request_id()).await
-    }
-
-    /// [`ask`](Self::ask) with a request id of the caller's: asking again with the same id
-    /// (after a timeout, say) applies the command at most once and returns the first reply, for
-    /// as long as [`EventSourcedSettings::reply_retention`](crate::EventSourcedSettings) after
-    /// the id was made ([`Error::RequestExpired`] after that).
-    pub async fn ask_with_request_id(
-        &self,
-        id: impl AsRef<str>,
-        command: T::Command,
-        request_id: RequestId,
-    ) -> Result<T::Reply, Error> {
-        let msg = Persist { request_id: Some(request_id), command };
-        self.ask_persist(id, msg, self.inner.default_ask_timeout()).await
-    }
-
-    /// [`ask`](Self::ask), waiting up to `timeout` instead of the type's default.
-    pub async fn ask_timeout(
-        &self,
-        id: impl AsRef<str>,
-        command: T::Command,
-        timeout: Duration,
-    ) -> Result<T::Reply, Error> {
-        self.ask_persist(id, Persist { request_id: Some(fresh_request_id()), command }, timeout).await
-    }
-
-    /// Sends the message itself, up to `timeout`: its request id is the caller's, or None for a
-    /// command whose reply is not recorded (a retry of it may apply it again; for loads that
-    /// measure the bare cost).
-    pub async fn ask_persist(
-        &self,
-        id: impl AsRef<str>,
-        msg: Persist<T::Command>,
-        timeout: Duration,
-    ) -> Result<T::Reply, Error> {
-        Ok(self.inner.entity_ref(id).ask_timeout(msg, timeout).await??)
-    }
 }
 
 /// An append, its time recorded (`shardline_journal_append_seconds`): one database round trip or
