@@ -88,6 +88,7 @@ cargo run --release -q -p shardline --example devices
 cargo run --release -q -p shardline --example daemon
 cargo run --release -q -p shardline-sqlite --example cart
 cargo run --release -q -p shardline-sqlite --example reminders
+cargo run --release -q -p shardline-testkit --example testkit
 echo "== demo (short run)"
 mkdir -p target
 cargo run --release -q -p shardline-cli -- demo --duration-secs 2 --entities 2000 --json target/demo-smoke.json

@@ -1,36 +1,24 @@
 //! The invariants checked after every schedule.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use shardline_cli::history::linearizable;
 use shardline_cli::history::{Kind, Operation, Outcome as Answer};
+use shardline_testkit::observed::Decided;
+use shardline_testkit::one_live_instance;
+use shardline_testkit::schedule::{Mode, Schedule, ANSWER_WITHIN};
 
-use super::observed::Decided;
-use super::schedule::{Mode, Schedule, ANSWER_WITHIN};
-use super::world::Outcome;
-
-/// (a) No two instances of one account are live at once: once an instance has decided a
-/// command, no instance that decided before it decides again.
-pub fn one_live_instance(decided: &[Decided]) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut current: HashMap<&str, &Decided> = HashMap::new();
-    let mut retired: HashSet<(&str, u64)> = HashSet::new();
-    for d in decided {
-        if retired.contains(&(d.account.as_str(), d.instance)) {
-            let now = current.get(d.account.as_str()).map(|c| (c.instance, c.host.as_str(), c.at_ms));
-            out.push(format!(
-                "{}: instance {} on {} decided at {} ms after instance {:?} (instance, host, ms) took over: two live instances",
-                d.account, d.instance, d.host, d.at_ms, now
-            ));
-            continue;
-        }
-        if let Some(prev) = current.insert(d.account.as_str(), d) {
-            if prev.instance != d.instance {
-                retired.insert((d.account.as_str(), prev.instance));
-            }
-        }
-    }
-    out
+/// What a run left to check.
+pub struct Outcome {
+    pub history: Vec<Operation>,
+    pub decided: Vec<Decided>,
+    /// Account → op ids in its journal, in order.
+    pub journal_ops: BTreeMap<String, Vec<u64>>,
+    /// Accounts that did not answer within `ANSWER_WITHIN` of the heal.
+    pub unanswered: Vec<String>,
+    /// How often an entity's request was refused by the journal as applied already behind its
+    /// instance's back.
+    pub unknown_duplicates: u64,
 }
 
 /// (b) Every acknowledged write is in the journal exactly once, and nothing answered "not

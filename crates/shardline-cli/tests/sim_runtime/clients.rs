@@ -1,25 +1,90 @@
-//! The clients, on the proxy node: each asks with request ids and retries as the demo's driver
-//! does, and reads; after the heal, one audits every account until it answers.
+//! The demo's accounts on the world, and their clients, on the proxy node: each asks with
+//! request ids and retries as the demo's driver does, and reads; after the heal, one audits
+//! every account until it answers.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use shardline::entity::RequestId;
+use shardline::entity::{EntitySettings, EventSourced, RequestId};
+use shardline::journal::{InMemoryJournal, Journal};
 use shardline::{Error, Processed};
-use shardline_cli::account::{AccountCmd, AccountReply};
+use shardline_cli::account::{AccountCmd, AccountEvent, AccountReply};
 use shardline_cli::attempts::Attempts;
 use shardline_cli::history::{Kind, Operation, Outcome as Answer};
+use shardline_cli::{account_settings, Account};
+use shardline_testkit::observed::WatchedHandle;
+use shardline_testkit::schedule::HEAL_AT;
+use shardline_testkit::world::{Answered, Slot, Workload};
+use shardline_testkit::Rng;
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
 
-use super::observed::SimAccounts;
-use super::rng::Rng;
-use super::schedule::HEAL_AT;
-use super::world::{account, Slot, ACCOUNTS};
+pub const ACCOUNTS: usize = 5;
 
-/// Accounts that answered an audit after the heal, and when (world ms).
-pub type Answered = Arc<Mutex<BTreeMap<String, u64>>>;
+pub fn account(i: usize) -> String {
+    format!("acct-{i}")
+}
+
+type SimAccounts = WatchedHandle<Account>;
+
+/// The accounts and their clients.
+#[derive(Default)]
+pub struct Accounts {
+    pub record: Record,
+}
+
+impl Workload for Accounts {
+    type Entity = Account;
+
+    fn settings(&self, shards: u32) -> EntitySettings {
+        account_settings(shards)
+    }
+
+    fn entities(&self) -> Vec<String> {
+        (0..ACCOUNTS).map(account).collect()
+    }
+
+    fn spawn_clients(&self, rt: &Runtime, node: Slot<Account>, origin: Instant, seed: u64, answered: Answered) {
+        spawn(rt, node, origin, seed, &self.record, answered)
+    }
+}
+
+impl Accounts {
+    /// The clients' history once the world stopped at `end_ms`: operations still in flight are
+    /// of unknown outcome.
+    pub fn history(&self, end_ms: u64) -> Vec<Operation> {
+        let mut history = std::mem::take(&mut *self.record.history.lock().unwrap_or_else(|e| e.into_inner()));
+        for (_, mut o) in std::mem::take(&mut *self.record.in_flight.lock().unwrap_or_else(|e| e.into_inner())) {
+            o.complete_us = end_ms * 1_000;
+            history.push(o);
+        }
+        history
+    }
+}
+
+/// Account → op ids in its journal, in order.
+pub fn read_journal(journal: &InMemoryJournal) -> BTreeMap<String, Vec<u64>> {
+    let rt = tokio::runtime::Builder::new_current_thread().build().ok();
+    let mut out = BTreeMap::new();
+    let Some(rt) = rt else { return out };
+    for i in 0..ACCOUNTS {
+        let a = account(i);
+        let events = rt.block_on(journal.read(&format!("account|{a}"), 1));
+        let ops = match events {
+            Ok(events) => events
+                .iter()
+                .filter_map(|e| postcard::from_bytes::<<Account as EventSourced>::Event>(&e.event.payload).ok())
+                .map(|e| match e {
+                    AccountEvent::Deposited { op, .. } | AccountEvent::Withdrew { op, .. } => op,
+                })
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        out.insert(a, ops);
+    }
+    out
+}
 
 /// The clients' history: operations that ended, and those still in flight by key.
 #[derive(Clone, Default)]
@@ -32,7 +97,7 @@ const CLIENTS: usize = 4;
 
 /// The clients, on the proxy node: each asks with request ids and retries as the demo's
 /// driver does, and reads; after the heal, one audits every account until it answers.
-pub fn spawn(rt: &Runtime, slot: Slot, origin: Instant, seed: u64, record: &Record, answered: Answered) {
+fn spawn(rt: &Runtime, slot: Slot<Account>, origin: Instant, seed: u64, record: &Record, answered: Answered) {
     let mut rng = Rng::new(seed ^ 0xC11E);
     let next_op = Arc::new(std::sync::atomic::AtomicU64::new(1));
     let finished = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -106,7 +171,7 @@ pub fn spawn(rt: &Runtime, slot: Slot, origin: Instant, seed: u64, record: &Reco
     });
 }
 
-async fn wait_for_accounts(slot: &Slot) -> SimAccounts {
+async fn wait_for_accounts(slot: &Slot<Account>) -> SimAccounts {
     loop {
         let node = slot.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if let Some((_, accounts)) = node {

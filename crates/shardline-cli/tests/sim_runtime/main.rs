@@ -18,21 +18,18 @@
 //! --all-features -p shardline-cli --test sim_runtime sim_runtime_replay -- --nocapture` replays
 //! one schedule with its trace.
 
+//! The world, its network, journal faults, schedules and runner are the test kit's
+//! (`shardline-testkit`), which runs users' entity types the same way.
+
 mod checks;
 mod clients;
-mod faulty;
-mod net;
-mod observed;
-mod rng;
-mod schedule;
-mod world;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use schedule::{FaultMix, Mode, Schedule};
 use shardline::sabotage::Sabotage;
+use shardline_testkit::runner::{fresh_base, on_own_thread, run_seeds};
+use shardline_testkit::schedule::{FaultMix, Mode, Schedule};
+use shardline_testkit::{observed, world};
 
 const FLOOR: u64 = 1_000;
 
@@ -41,61 +38,33 @@ fn schedules() -> u64 {
     asked.max(FLOOR)
 }
 
-fn fresh_base() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
-    h.write_u32(std::process::id());
-    h.finish()
+fn replay_line(seed: u64) -> String {
+    format!("SHARDLINE_SIM_SEED={seed} cargo test --release --all-features -p shardline-cli --test sim_runtime sim_runtime_replay -- --nocapture")
 }
 
 /// Runs one schedule on a thread of its own (the world's thread-locals start empty) and
 /// returns its violations, a panic among them.
 fn run_one(sched: Schedule, sab: Sabotage, tracing: bool) -> (u64, Vec<String>, Vec<String>, u64) {
     let seed = sched.seed;
-    let joined = std::thread::Builder::new()
-        .name(format!("sim-{seed}"))
-        .stack_size(16 << 20)
-        .spawn(move || {
-            let o = world::run(sched.clone(), sab, tracing);
-            let (reads, mut v) = checks::all(&sched, &o);
-            v.extend(observed::take_panics().into_iter().map(|p| format!("panicked: {p}")));
-            (reads, v, o.trace, o.steps)
-        })
-        .map_err(|e| e.to_string())
-        .and_then(|t| t.join().map_err(|p| panic_text(&p)));
-    match joined {
+    let ran = on_own_thread(seed, move || {
+        shardline::sabotage::set(sab);
+        let accounts = clients::Accounts::default();
+        let o = world::run(sched.clone(), &accounts, tracing);
+        shardline::sabotage::set(Sabotage::None);
+        let run = checks::Outcome {
+            history: accounts.history(o.end_ms),
+            decided: o.decided,
+            journal_ops: clients::read_journal(&o.journal),
+            unanswered: o.unanswered,
+            unknown_duplicates: o.unknown_duplicates,
+        };
+        let (reads, mut v) = checks::all(&sched, &run);
+        v.extend(observed::take_panics().into_iter().map(|p| format!("panicked: {p}")));
+        (reads, v, o.trace, o.steps)
+    });
+    match ran {
         Ok(r) => r,
         Err(p) => (0, vec![format!("panicked: {p}")], Vec::new(), 0),
-    }
-}
-
-fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
-}
-
-/// How long (real time) one schedule may run before the watchdog calls it stuck: a schedule
-/// takes about a second; one whose world stops advancing never ends.
-const STUCK_AFTER: Duration = Duration::from_secs(120);
-
-/// Fails the run, naming the seed, when a schedule stops advancing. A node's task that never
-/// waits (a busy loop) keeps its runtime from ever parking, so its paused clock never moves and
-/// the world's step never returns: on a real clock, the same loop spins a core.
-fn watchdog(running: &[Mutex<Option<(u64, Instant)>>], done: &AtomicBool) {
-    while !done.load(Ordering::Acquire) {
-        std::thread::sleep(Duration::from_secs(1));
-        for r in running {
-            if let Some((seed, since)) = *r.lock().unwrap_or_else(|e| e.into_inner()) {
-                if since.elapsed() > STUCK_AFTER {
-                    println!(
-                        "  seed {seed}: stuck: its world did not advance for {STUCK_AFTER:?} (a task that never waits)"
-                    );
-                    println!("    replay: SHARDLINE_SIM_SEED={seed} cargo test --release --all-features -p shardline-cli --test sim_runtime sim_runtime_replay -- --nocapture");
-                    // The stuck thread cannot be stopped; the process ends with the verdict.
-                    std::process::exit(1);
-                }
-            }
-        }
     }
 }
 
@@ -105,34 +74,18 @@ fn sim_runtime_schedules_keep_invariants() {
     let base = std::env::var("SHARDLINE_SIM_BASE_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(fresh_base);
     println!("base seed {base}");
     let started = Instant::now();
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).min(4) as u64;
-    // What each worker runs, and since when: the watchdog's view.
-    let running: Vec<Mutex<Option<(u64, Instant)>>> = (0..workers).map(|_| Mutex::new(None)).collect();
-    let done = AtomicBool::new(false);
-    let results: Vec<(u64, u64, Vec<String>)> = std::thread::scope(|s| {
-        s.spawn(|| watchdog(&running, &done));
-        let handles: Vec<_> = (0..workers)
-            .map(|w| {
-                let running = &running[w as usize];
-                s.spawn(move || {
-                    let mut out = Vec::new();
-                    let mut i = w;
-                    while i < n {
-                        let seed = base.wrapping_add(i);
-                        *running.lock().unwrap_or_else(|e| e.into_inner()) = Some((seed, Instant::now()));
-                        let sched = Schedule::draw(seed, FaultMix::ALL, None);
-                        let (reads, v, _, _) = run_one(sched, Sabotage::None, false);
-                        out.push((seed, reads, v));
-                        i += workers;
-                    }
-                    out
-                })
-            })
-            .collect();
-        let results = handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect();
-        done.store(true, Ordering::Release);
-        results
-    });
+    let results: Vec<(u64, u64, Vec<String>)> = run_seeds(
+        n,
+        base,
+        |seed| {
+            let (reads, v, _, _) = run_one(Schedule::draw(seed, FaultMix::ALL, None), Sabotage::None, false);
+            (reads, v)
+        },
+        replay_line,
+    )
+    .into_iter()
+    .map(|(seed, (reads, v))| (seed, reads, v))
+    .collect();
     let secs = started.elapsed().as_secs_f64();
     let reads: u64 = results.iter().map(|r| r.1).sum();
     // Gossip's liveness findings are printed and counted, and fail nothing (see `checks::all`).
@@ -153,7 +106,7 @@ fn sim_runtime_schedules_keep_invariants() {
     let failed: Vec<(u64, u64, Vec<String>)> = results.iter().filter(|r| !r.2.is_empty()).cloned().collect();
     for (seed, _, v) in &failed {
         println!("  seed {seed}: {}", v.join("; "));
-        println!("    replay: SHARDLINE_SIM_SEED={seed} cargo test --release --all-features -p shardline-cli --test sim_runtime sim_runtime_replay -- --nocapture");
+        println!("    replay: {}", replay_line(*seed));
     }
     let violations: usize = failed.iter().map(|r| r.2.len()).sum();
     println!(

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::event_sourced::fresh_request_id;
 use super::{EventSourced, EventSourcedHandle, Persist};
-use crate::error::Error;
+use crate::error::{Error, Processed};
 
 /// How [`EventSourcedHandle::ask_retrying`] retries.
 ///
@@ -63,7 +63,8 @@ impl RetryPolicy {
 impl<T: EventSourced> EventSourcedHandle<T> {
     /// Sends a command to entity `id` until it answers, as `policy` says, with one request id
     /// for every attempt: the command is applied at most once, however many attempts it takes.
-    /// The error is the last attempt's.
+    /// The error is the last attempt's, except that a last attempt that was not processed after
+    /// one that may have been is [`Error::OutcomeUnknown`]: the command may have been applied.
     ///
     /// ```no_run
     /// # use shardline::{EventSourcedHandle, RetryPolicy};
@@ -82,14 +83,28 @@ impl<T: EventSourced> EventSourcedHandle<T> {
     {
         let request_id = fresh_request_id();
         let mut retry = 0;
+        // The first failure that left its attempt's outcome open: a later attempt that says
+        // "not processed" says nothing about that one, which may have been applied.
+        let mut open: Option<String> = None;
         loop {
             let msg = Persist { request_id: Some(request_id.clone()), command: command.clone() };
             let attempt = self.ask_persist(id.as_ref(), msg, policy.timeout).await;
             match attempt {
                 Err(e) if RetryPolicy::retries(&e) && retry + 1 < policy.attempts.max(1) => {
                     tracing::debug!(entity = id.as_ref(), error = %e, retry, "ask failed: retried with the same request id");
+                    if e.processed() != Processed::No && open.is_none() {
+                        open = Some(e.to_string());
+                    }
                     tokio::time::sleep(policy.backoff(retry)).await;
                     retry += 1;
+                }
+                Err(last) if last.processed() == Processed::No => {
+                    return Err(match open {
+                        Some(first) => Error::OutcomeUnknown(format!(
+                            "{last}, but an earlier attempt may have been applied ({first})"
+                        )),
+                        None => last,
+                    })
                 }
                 other => return other,
             }

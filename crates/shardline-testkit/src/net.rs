@@ -99,6 +99,7 @@ pub struct SimNet {
 }
 
 impl SimNet {
+    /// A network whose delays are drawn from `seed`.
     pub fn new(seed: u64) -> Self {
         SimNet {
             state: Arc::new(Mutex::new(State {
@@ -122,18 +123,22 @@ impl SimNet {
         Arc::new(HostNet { ip, net: self.clone() })
     }
 
+    /// Holds the bytes from `from` to `to` until [`heal_all`](Self::heal_all).
     pub fn cut(&self, from: IpAddr, to: IpAddr) {
         self.lock().cut.insert((from, to));
     }
 
+    /// Ends every cut.
     pub fn heal_all(&self) {
         self.lock().cut.clear();
     }
 
+    /// Whether bytes from `from` to `to` are held.
     pub fn is_cut(&self, from: IpAddr, to: IpAddr) -> bool {
         self.lock().cut.contains(&(from, to))
     }
 
+    /// Every chunk on the wire takes up to `ms` longer (0: none).
     pub fn set_jitter(&self, ms: u64) {
         self.lock().jitter_ms = ms;
     }

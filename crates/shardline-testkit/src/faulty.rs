@@ -22,12 +22,14 @@ pub struct JournalFaults {
     pub appends: u64,
 }
 
+/// The shared in-memory journal behind the faults of [`JournalFaults`].
 pub struct FaultyJournal {
     inner: Arc<InMemoryJournal>,
     faults: Arc<Mutex<JournalFaults>>,
 }
 
 impl FaultyJournal {
+    /// `inner`, failing as `faults` says when each call is made.
     pub fn new(inner: Arc<InMemoryJournal>, faults: Arc<Mutex<JournalFaults>>) -> Self {
         FaultyJournal { inner, faults }
     }

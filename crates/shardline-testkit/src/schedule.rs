@@ -19,34 +19,57 @@ pub enum Mode {
 }
 /// What a fault did, for the trace and the report.
 #[derive(Clone, Debug)]
+///
+/// Hosts are numbered from 0; `for_ms` is how long the fault lasts (at most until the heal).
+#[allow(missing_docs)] // The fields are named for what they are.
 pub enum Fault {
+    /// The host's process dies (its runtime is dropped) and starts again as a new incarnation.
     Crash { host: usize, for_ms: u64 },
+    /// The host stops running, then wakes with its clock jumped and its timers all due.
     Pause { host: usize, for_ms: u64 },
+    /// The hosts in `side` are cut off from the others, both ways.
     Partition { side: Vec<usize>, for_ms: u64 },
+    /// Bytes from `from` to `to` are held (TCP retransmits them) until it heals.
     OneWay { from: usize, to: usize, for_ms: u64 },
+    /// Every chunk on the wire takes up to `ms` longer.
     Jitter { ms: u64, for_ms: u64 },
+    /// The connections between two hosts are reset.
     Reset { a: usize, b: usize },
+    /// The journal refuses every call.
     JournalDown { for_ms: u64 },
+    /// Every append takes `ms` before it commits.
     SlowCommits { ms: u64, for_ms: u64 },
+    /// `pct` percent of the appends commit and answer `CommitUnknown`.
     CommitUnknown { pct: u64, for_ms: u64 },
+    /// The coordination store (leases) refuses every call.
     StoreDown { for_ms: u64 },
+    /// The host's node leaves gracefully; its process restarts afterwards.
     Leave { host: usize, for_ms: u64 },
+    /// A new host starts and joins.
     Join { host: usize },
 }
 
 /// Which faults a schedule may draw.
 #[derive(Clone, Copy, Debug)]
 pub struct FaultMix {
+    /// [`Fault::Crash`].
     pub crashes: bool,
+    /// [`Fault::Pause`].
     pub pauses: bool,
+    /// [`Fault::Partition`] and [`Fault::OneWay`].
     pub partitions: bool,
+    /// [`Fault::Jitter`] and [`Fault::Reset`].
     pub network: bool,
+    /// [`Fault::JournalDown`], [`Fault::SlowCommits`] and [`Fault::CommitUnknown`].
     pub journal: bool,
+    /// [`Fault::StoreDown`] (with leases).
     pub store: bool,
+    /// [`Fault::Leave`] and [`Fault::Join`].
     pub membership_changes: bool,
 }
 
 impl FaultMix {
+    /// Every fault.
     pub const ALL: FaultMix = FaultMix {
         crashes: true,
         pauses: true,
@@ -61,7 +84,9 @@ impl FaultMix {
 /// What a schedule is.
 #[derive(Clone, Debug)]
 pub struct Schedule {
+    /// What it was drawn from.
     pub seed: u64,
+    /// Its membership.
     pub mode: Mode,
     /// (at ms, fault), in time order.
     pub faults: Vec<(u64, Fault)>,
@@ -70,6 +95,7 @@ pub struct Schedule {
 }
 
 impl Schedule {
+    /// The schedule of `seed`, with faults of `mix`, on `mode` (or one drawn from the seed).
     pub fn draw(seed: u64, mix: FaultMix, mode: Option<Mode>) -> Schedule {
         let mut rng = Rng::new(seed);
         let mode = mode.unwrap_or(if rng.chance(50) { Mode::Leases } else { Mode::Gossip });

@@ -10,70 +10,90 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use shardline::entity::{EventSourced, EventSourcedSettings};
+use shardline::entity::{EntitySettings, EventSourced, EventSourcedSettings};
 use shardline::journal::{InMemoryJournal, Journal};
 use shardline::membership::lease::{InMemoryStore, LeaseConfig, Leases};
-use shardline::sabotage::{self, Sabotage};
 use shardline::{Cluster, Gossip, GossipConfig};
-use shardline_cli::history::Operation;
-use shardline_cli::{account_settings, Account};
 use shardline_core::SplitBrainPolicy;
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
 
-use super::clients::{self, Record};
 use super::faulty::{FaultyJournal, JournalFaults};
 use super::net::SimNet;
-use super::observed::{record_panics, Decided, SimAccount, SimAccounts, UnknownDuplicates, CURRENT, DECIDED, NOW_MS};
+use super::observed::{record_panics, Decided, UnknownDuplicates, Watched, WatchedHandle, CURRENT, DECIDED, NOW_MS};
 use super::schedule::{Fault, Mode, Schedule, ANSWER_WITHIN, HEAL_AT};
 
 /// Each host's runtime runs this long per step.
 pub const TICK_MS: u64 = 10;
 /// Far enough ahead of any runtime's start that every runtime can be moved forward to it.
 const OFFSET: Duration = Duration::from_secs(3600);
-const SHARDS: u32 = 16;
-pub const ACCOUNTS: usize = 5;
+/// Shards of the entity type: few, so that every fault moves some that hold entities.
+pub const SHARDS: u32 = 16;
+
+/// What runs on the world: the entity type, and the clients that use it.
+pub trait Workload: 'static {
+    /// The entity type the nodes host (the world runs it [`Watched`]).
+    type Entity: EventSourced;
+
+    /// The entity type's settings on every node; the world gives it its journal.
+    fn settings(&self, shards: u32) -> EntitySettings;
+
+    /// The entities that must answer after the heal: the clients report each one in
+    /// `answered` once it has.
+    fn entities(&self) -> Vec<String>;
+
+    /// Starts the clients on the client host (a proxy node, which hosts nothing), whose node
+    /// is in `node` while it is up. `origin` is the world's time 0 on that host's clock.
+    fn spawn_clients(&self, rt: &Runtime, node: Slot<Self::Entity>, origin: Instant, seed: u64, answered: Answered);
+}
+
+/// Entities that answered after the heal, and when (world ms).
+pub type Answered = Arc<Mutex<BTreeMap<String, u64>>>;
 
 /// What a run left to check.
 pub struct Outcome {
-    pub history: Vec<Operation>,
+    /// Every command decided, in order.
     pub decided: Vec<Decided>,
-    /// Account → op ids in its journal, in order.
-    pub journal_ops: BTreeMap<String, Vec<u64>>,
-    /// Accounts that did not answer within `ANSWER_WITHIN` of the heal.
+    /// The journal every node wrote, as it is after the run.
+    pub journal: Arc<InMemoryJournal>,
+    /// Entities that did not answer within `ANSWER_WITHIN` of the heal.
     pub unanswered: Vec<String>,
     /// How often an entity's request was refused by the journal as applied already behind its
     /// instance's back (see [`UnknownDuplicates`]).
     pub unknown_duplicates: u64,
+    /// The world's own log: faults and restores (when traced).
     pub trace: Vec<String>,
+    /// Steps of [`TICK_MS`] the world ran.
     pub steps: u64,
+    /// The world's time when it stopped.
+    pub end_ms: u64,
 }
 
-/// A node and its accounts, once built.
-pub type Slot = Arc<Mutex<Option<(Cluster, SimAccounts)>>>;
+/// A node and its entity handle, once built.
+pub type Slot<E> = Arc<Mutex<Option<(Cluster, WatchedHandle<E>)>>>;
 
 /// One host: a node's runtime, or nothing while it is down.
-struct Host {
+struct Host<E: EventSourced> {
     name: String,
     ip: IpAddr,
     rt: Option<Runtime>,
     /// The node, once built.
-    node: Slot,
+    node: Slot<E>,
     paused_until: Option<u64>,
     down_until: Option<u64>,
 }
 
 /// The world of one schedule.
-struct World {
+struct World<'w, W: Workload> {
+    workload: &'w W,
     sched: Schedule,
     net: SimNet,
     origin: std::time::Instant,
     now_ms: u64,
-    hosts: Vec<Host>,
+    hosts: Vec<Host<W::Entity>>,
     journal: Arc<InMemoryJournal>,
     faults: Arc<Mutex<JournalFaults>>,
     store: InMemoryStore,
-    record: Record,
     trace: Vec<String>,
     tracing: bool,
     /// Restores at these times.
@@ -99,9 +119,8 @@ fn ip_of(i: usize) -> IpAddr {
 const CLIENT_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 1, 1));
 const PORT: u16 = 7000;
 
-/// Runs one schedule, with the runtime broken as `sabotage` says.
-pub fn run(sched: Schedule, sab: Sabotage, tracing: bool) -> Outcome {
-    sabotage::set(sab);
+/// Runs one schedule of `workload`.
+pub fn run<W: Workload>(sched: Schedule, workload: &W, tracing: bool) -> Outcome {
     record_panics();
     DECIDED.with(|d| d.borrow_mut().clear());
     let watch = UnknownDuplicates::new();
@@ -109,7 +128,9 @@ pub fn run(sched: Schedule, sab: Sabotage, tracing: bool) -> Outcome {
     let net = SimNet::new(sched.seed.rotate_left(17));
     let journal = Arc::new(InMemoryJournal::new());
     let faults = Arc::new(Mutex::new(JournalFaults::default()));
+    let entities = workload.entities();
     let mut w = World {
+        workload,
         net,
         origin: std::time::Instant::now(),
         now_ms: 0,
@@ -117,7 +138,6 @@ pub fn run(sched: Schedule, sab: Sabotage, tracing: bool) -> Outcome {
         journal,
         faults,
         store: InMemoryStore::new(),
-        record: Record::default(),
         trace: Vec::new(),
         tracing,
         pending: Vec::new(),
@@ -129,10 +149,10 @@ pub fn run(sched: Schedule, sab: Sabotage, tracing: bool) -> Outcome {
     }
     let client = w.add_host("client".into(), CLIENT_IP);
     w.start(client);
-    let answered: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
+    let answered: Answered = Arc::default();
     if let Some(rt) = &w.hosts[client].rt {
         let origin = w.target() - Duration::from_millis(w.now_ms);
-        clients::spawn(rt, w.hosts[client].node.clone(), origin, w.sched.seed, &w.record, answered.clone());
+        workload.spawn_clients(rt, w.hosts[client].node.clone(), origin, w.sched.seed, answered.clone());
     }
     let faults = w.sched.faults.clone();
     let mut next = 0;
@@ -160,65 +180,30 @@ pub fn run(sched: Schedule, sab: Sabotage, tracing: bool) -> Outcome {
             w.heal_everything();
         }
         w.tick();
-        if w.now_ms > HEAL_AT && answered.lock().unwrap_or_else(|e| e.into_inner()).len() == ACCOUNTS {
+        if w.now_ms > HEAL_AT && answered.lock().unwrap_or_else(|e| e.into_inner()).len() >= entities.len() {
             break;
         }
     }
     let answered = answered.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let unanswered = (0..ACCOUNTS).map(account).filter(|a| !answered.contains_key(a)).collect();
+    let unanswered = entities.into_iter().filter(|a| !answered.contains_key(a)).collect();
     // Stop every node before reading what they left.
     for h in &mut w.hosts {
         if let Some(rt) = h.rt.take() {
             drop(rt);
         }
     }
-    let mut history = std::mem::take(&mut *w.record.history.lock().unwrap_or_else(|e| e.into_inner()));
-    let end_us = w.now_ms * 1_000;
-    for (_, mut o) in std::mem::take(&mut *w.record.in_flight.lock().unwrap_or_else(|e| e.into_inner())) {
-        o.complete_us = end_us;
-        history.push(o);
-    }
-    let journal_ops = read_journal(&w.journal);
-    sabotage::set(Sabotage::None);
     Outcome {
-        history,
         decided: DECIDED.with(|d| d.take()),
-        journal_ops,
+        journal: w.journal.clone(),
         unanswered,
         unknown_duplicates: watch.count(),
         trace: w.trace,
         steps,
+        end_ms: w.now_ms,
     }
 }
 
-pub fn account(i: usize) -> String {
-    format!("acct-{i}")
-}
-
-fn read_journal(journal: &InMemoryJournal) -> BTreeMap<String, Vec<u64>> {
-    let rt = tokio::runtime::Builder::new_current_thread().build().ok();
-    let mut out = BTreeMap::new();
-    let Some(rt) = rt else { return out };
-    for i in 0..ACCOUNTS {
-        let a = account(i);
-        let events = rt.block_on(journal.read(&format!("account|{a}"), 1));
-        let ops = match events {
-            Ok(events) => events
-                .iter()
-                .filter_map(|e| postcard::from_bytes::<<Account as EventSourced>::Event>(&e.event.payload).ok())
-                .map(|e| match e {
-                    shardline_cli::account::AccountEvent::Deposited { op, .. }
-                    | shardline_cli::account::AccountEvent::Withdrew { op, .. } => op,
-                })
-                .collect(),
-            Err(_) => Vec::new(),
-        };
-        out.insert(a, ops);
-    }
-    out
-}
-
-impl World {
+impl<W: Workload> World<'_, W> {
     fn log(&mut self, what: String) {
         if self.tracing {
             // At once, between the nodes' own log lines.
@@ -255,6 +240,7 @@ impl World {
         let network = self.net.host(h.ip);
         let seed = SocketAddr::new(ip_of(0), PORT).to_string();
         let mode = self.sched.mode;
+        let settings = self.workload.settings(SHARDS);
         let store = self.store.clone();
         let journal: Arc<dyn Journal> = Arc::new(FaultyJournal::new(self.journal.clone(), self.faults.clone()));
         let slot = h.node.clone();
@@ -306,16 +292,18 @@ impl World {
                         continue;
                     }
                 };
-                let mut settings = account_settings(SHARDS);
+                let mut settings = settings.clone();
                 if !proxy {
                     settings = settings.journal(journal.clone());
                 }
-                let accounts =
-                    match node.register_event_sourced::<SimAccount>(settings, EventSourcedSettings::default()).await {
-                        Ok(a) => a,
-                        Err(e) => panic!("{name}: accounts not registered: {e}"),
-                    };
-                *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some((node.clone(), accounts));
+                let handle = match node
+                    .register_event_sourced::<Watched<W::Entity>>(settings, EventSourcedSettings::default())
+                    .await
+                {
+                    Ok(h) => h,
+                    Err(e) => panic!("{name}: the entity type is not registered: {e}"),
+                };
+                *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some((node.clone(), handle));
                 let _ = node.downed().await;
                 rejoining = true;
                 *slot.lock().unwrap_or_else(|e| e.into_inner()) = None;
