@@ -107,7 +107,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Crash the node hosting cart-1 (or c, when it is the first, the others' seed); its shards
     // move to the others, which read the cart back from the journal.
-    let home = carts.entities().shard_homes()[carts.entities().shard_of("cart-1").index()].clone();
+    let home = carts.entity_handle().shard_homes()[carts.entity_handle().shard_of("cart-1").index()].clone();
     let crashed = (1..3).find(|&i| Some(nodes[i].0.node_id()) == home.as_ref()).unwrap_or(2);
     nodes[crashed].0.crash();
     println!("crashed node {}, which hosted cart-1", nodes[crashed].0.node_id());

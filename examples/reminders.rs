@@ -109,8 +109,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let (_, orders) = &nodes[0];
     // An unpaid order on b or c (a is the others' seed and stays up), and one that is paid.
-    let homes = orders.entities().shard_homes();
-    let home = |id: &str| homes[orders.entities().shard_of(id).index()].clone();
+    let homes = orders.entity_handle().shard_homes();
+    let home = |id: &str| homes[orders.entity_handle().shard_of(id).index()].clone();
     let unpaid = (0..100)
         .map(|i| format!("order-{i}"))
         .find(|id| home(id).is_some_and(|h| h != *nodes[0].0.node_id()))

@@ -315,7 +315,7 @@ async fn rebalance(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let (mut nodes, addrs, driver, dir) =
         cluster_of(3, shards, "bench-rebalance", &args.membership, false, &[]).await?;
     let accounts: Accounts = register_accounts(&driver, shards, &StrategyKind::LeastShards, None).await?;
-    settle(accounts.entities(), 3, Duration::from_secs(60)).await?;
+    settle(accounts.entity_handle(), 3, Duration::from_secs(60)).await?;
     let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for _ in 0..128 {
@@ -338,7 +338,7 @@ async fn rebalance(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let monitor = HomeMonitor::start(&accounts, probes, event);
     let flags = journal_flags(&dir);
     nodes.push(NodeProc::spawn("n4", &addrs[3], &addrs[0], shards, &args.membership.to_string(), &dir, &flags)?);
-    settle(accounts.entities(), 4, Duration::from_secs(60)).await?;
+    settle(accounts.entity_handle(), 4, Duration::from_secs(60)).await?;
     let rehomed = monitor.finish(Duration::from_secs(60)).await?;
     let (moved, served) = (rehomed.moved, rehomed.served_after.ok_or("no shard moved to the new node")?);
     // Spot-check that the state moved with the shards.
@@ -394,7 +394,7 @@ async fn failover(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let shards = 256;
     let (mut nodes, addrs, driver, dir) = cluster_of(3, shards, "bench-failover", &args.membership, false, &[]).await?;
     let accounts: Accounts = register_accounts(&driver, shards, &StrategyKind::LeastShards, None).await?;
-    settle(accounts.entities(), 3, Duration::from_secs(60)).await?;
+    settle(accounts.entity_handle(), 3, Duration::from_secs(60)).await?;
     // Load in the background for the whole scenario.
     let stop = Arc::new(AtomicBool::new(false));
     let mut load = Vec::new();
@@ -446,7 +446,7 @@ async fn failover(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
         let seeds = addrs[..nodes.len()].join(",");
         nodes[victim] =
             NodeProc::spawn(&name, &addrs[idx], &seeds, shards, &args.membership.to_string(), &dir, &flags)?;
-        settle(accounts.entities(), 3, Duration::from_secs(120)).await?;
+        settle(accounts.entity_handle(), 3, Duration::from_secs(120)).await?;
     }
     let false_downs: Vec<String> = watch.finish().iter().map(ToString::to_string).collect();
     stop.store(true, Ordering::Relaxed);

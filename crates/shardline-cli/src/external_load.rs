@@ -132,7 +132,7 @@ async fn run_inner(args: LoadArgs) -> Result<LoadReport, Box<dyn std::error::Err
     );
     let join_limit = Duration::from_secs(args.join_timeout_secs);
     let start = Instant::now();
-    while !accounts.entities().shard_homes().iter().all(Option::is_some) {
+    while !accounts.entity_handle().shard_homes().iter().all(Option::is_some) {
         if start.elapsed() > join_limit {
             let _ = driver.leave_within(Duration::from_secs(5)).await;
             return Err(format!("not every shard had a home after {join_limit:?}: is the cluster up?").into());
@@ -173,7 +173,7 @@ async fn run_inner(args: LoadArgs) -> Result<LoadReport, Box<dyn std::error::Err
     }
     rejoin.abort();
     let driver = driver.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let nodes = shards_per_node(&route.current().entities().shard_homes())
+    let nodes = shards_per_node(&route.current().entity_handle().shard_homes())
         .into_iter()
         .map(|(name, shards)| crate::demo::NodeReport { name, shards })
         .collect();

@@ -277,7 +277,7 @@ async fn ask_retrying(
     let mut attempts = Attempts::default();
     loop {
         let accounts = caller.accounts();
-        let timeout = accounts.entities().default_ask_timeout();
+        let timeout = accounts.entity_handle().default_ask_timeout();
         match accounts.ask_persist(&id, Persist { request_id: request_id.clone(), command: cmd.clone() }, timeout).await
         {
             Ok(r) => return Ok(r),
@@ -460,13 +460,13 @@ impl HomeMonitor {
         let moved_count = Arc::new(AtomicUsize::new(0));
         let (accounts, stop2, moved_count2) = (accounts.clone(), stop.clone(), moved_count.clone());
         let task = tokio::spawn(async move {
-            let before = accounts.entities().shard_homes();
+            let before = accounts.entity_handle().shard_homes();
             let mut last = before.clone();
             let mut moved: HashSet<usize> = HashSet::new();
             let mut dirty = false;
             let mut serving: Option<Duration> = None;
             loop {
-                let homes = accounts.entities().shard_homes();
+                let homes = accounts.entity_handle().shard_homes();
                 if homes != last {
                     for (i, (a, b)) in homes.iter().zip(&last).enumerate() {
                         if a != b && a.is_some() && before.get(i) != Some(a) {
@@ -493,7 +493,7 @@ impl HomeMonitor {
                     for a in asks {
                         ok &= a.await.unwrap_or(false);
                     }
-                    if ok && accounts.entities().shard_homes() == homes {
+                    if ok && accounts.entity_handle().shard_homes() == homes {
                         serving = Some(event.elapsed());
                         dirty = false;
                     }

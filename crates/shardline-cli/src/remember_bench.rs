@@ -74,14 +74,14 @@ pub async fn remember(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     let (mut nodes, _addrs, driver, _dir) =
         cluster_of(3, SHARDS, "bench-remember", &args.membership, false, &remember).await?;
     let accounts: Accounts = register_accounts(&driver, SHARDS, &StrategyKind::LeastShards, None).await?;
-    settle(accounts.entities(), 3, Duration::from_secs(60)).await?;
+    settle(accounts.entity_handle(), 3, Duration::from_secs(60)).await?;
     // A node that does not lead: the coordinator's own failover is the failover bench's.
     let leader = driver.view().leader.map(|(l, _)| l.name.to_string());
     let victim = nodes.iter().position(|p| Some(&p.name) != leader.as_ref()).ok_or("no node but the leader")?;
     let name = nodes[victim].name.clone();
-    let homes = accounts.entities().shard_homes();
+    let homes = accounts.entity_handle().shard_homes();
     let on_victim = |id: &String| {
-        let shard = accounts.entities().shard_of(id).0 as usize;
+        let shard = accounts.entity_handle().shard_of(id).0 as usize;
         homes.get(shard).and_then(Option::as_ref).is_some_and(|h| *h.name == *name)
     };
     let ids: Arc<Vec<String>> = Arc::new((0..).map(|i| format!("acct-{i}")).filter(on_victim).take(n).collect());
@@ -95,7 +95,7 @@ pub async fn remember(args: &BenchArgs) -> Result<serde_json::Value, BoxError> {
     nodes[victim].kill();
     // Until every shard has a home again, none of them the killed node.
     loop {
-        let homes = accounts.entities().shard_homes();
+        let homes = accounts.entity_handle().shard_homes();
         if homes.iter().all(|h| h.as_ref().is_some_and(|h| *h.name != *name)) {
             break;
         }

@@ -27,7 +27,7 @@ async fn driver(seed: u16) -> (Cluster, Accounts) {
 }
 
 fn owners(h: &Accounts) -> Vec<String> {
-    h.entities().shard_homes().iter().map(|o| o.as_ref().map(|n| n.name.to_string()).unwrap_or_default()).collect()
+    h.entity_handle().shard_homes().iter().map(|o| o.as_ref().map(|n| n.name.to_string()).unwrap_or_default()).collect()
 }
 
 #[test]

@@ -13,7 +13,7 @@ use shardline::{Cluster, Gossip, RetryPolicy};
 use shardline_cli::{register_alarms, AlarmCmd, Alarms};
 
 fn home(alarms: &Alarms, id: &str) -> Option<String> {
-    let e = alarms.entities();
+    let e = alarms.entity_handle();
     e.shard_homes()[e.shard_of(id).index()].as_ref().map(|n| n.name.to_string())
 }
 

@@ -68,7 +68,7 @@ async fn a_million_events_recover_in_bounded_memory() {
     assert_eq!(counters.ask("big", CounterCmd::Add(1)).await.expect("first add"), 1);
     // The rest of the history written straight into the journal under the shard's fence, which
     // the first command raised (a raise to nothing answers the stored one).
-    let shard = counters.entities().shard_of("big");
+    let shard = counters.entity_handle().shard_of("big");
     let lowest = Fence { type_key: "counter".into(), shard, epoch: Epoch { term: 0, seq: 0 } };
     let epoch = journal.raise_fence(&lowest).await.expect("the stored fence");
     let fence = Fence { epoch, ..lowest };

@@ -106,7 +106,7 @@ async fn eventually(what: &str, limit: Duration, mut cond: impl FnMut() -> bool)
 }
 
 fn owners(h: &Accounts) -> Vec<String> {
-    h.entities().shard_homes().iter().map(|o| o.as_ref().map(|n| n.name.to_string()).unwrap_or_default()).collect()
+    h.entity_handle().shard_homes().iter().map(|o| o.as_ref().map(|n| n.name.to_string()).unwrap_or_default()).collect()
 }
 
 /// The protocol versions a node's log says its connections spoke.

@@ -115,7 +115,7 @@ async fn stored_adds(journal: &Arc<dyn Journal>, type_key: &str, id: &str) -> Re
 
 /// The epoch at which `h`'s node hosts `shard`.
 fn hosted_at(h: &EventSourcedHandle<Sum>, shard: ShardId, who: &str) -> Result<Epoch, String> {
-    let hosted = h.entities().hosted_epochs();
+    let hosted = h.entity_handle().hosted_epochs();
     hosted.iter().find(|(s, _)| *s == shard).map(|(_, e)| *e).ok_or(format!("{who} does not host {shard}: {hosted:?}"))
 }
 
@@ -135,7 +135,7 @@ pub async fn two_owners_of_one_shard(journal: Arc<dyn Journal>, prefix: &str) ->
     let (new, new_h) = lone_node(&journal, &format!("{prefix}-new"), &type_key).await?;
     ensure!(new_h.ask("e", SumCmd::Get).await == Ok(6), "the second owner recovers the first one's events");
     ensure!(new_h.ask("e", SumCmd::Add(10)).await == Ok(16), "the second owner writes");
-    let shard = old_h.entities().shard_of("e");
+    let shard = old_h.entity_handle().shard_of("e");
     let old_epoch = hosted_at(&old_h, shard, "the first owner")?;
     let new_epoch = hosted_at(&new_h, shard, "the second owner")?;
     ensure!(old_epoch < new_epoch, "the second owner hosts at {new_epoch}, not newer than the first's {old_epoch}");

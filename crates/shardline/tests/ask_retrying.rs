@@ -1,6 +1,7 @@
 //! `ask_retrying`: attempts that time out while their command commits are answered by the first
 //! reply, and the command is applied once; a command that never gets through fails with the last
-//! attempt's timeout.
+//! attempt's timeout; a last attempt refused after one that may have been applied says the
+//! outcome is unknown. An entity asks an event-sourced one the same way.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -11,7 +12,10 @@ use shardline::journal::{
     AppendRequest, BoxFuture, Fence, InMemoryJournal, Journal, JournalError, RecordedReply, ReminderChange,
     ReminderPosition, Snapshot, StoredEvent, StoredReminder,
 };
-use shardline::{Cluster, EntityId, EntitySettings, Error, EventSourced, EventSourcedSettings, RetryPolicy, ShardId};
+use shardline::{
+    Cluster, Entity, EntityContext, EntityId, EntitySettings, Error, EventSourced, EventSourcedSettings, RetryPolicy,
+    ShardId,
+};
 
 #[derive(Default, Serialize, Deserialize)]
 struct Total(u64);
@@ -118,5 +122,62 @@ async fn attempts_that_time_out_while_the_command_commits_apply_it_once() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(totals.ask_retrying("t", 0, patient).await, Ok(16));
+    a.leave().await.unwrap();
+}
+
+/// The first attempt times out while its command commits; the next waits in the entity's
+/// one-place mailbox and times out too; the last is refused at once (the mailbox is full), an
+/// error that says "not processed" of itself. The command commits all the same: the verdict
+/// must say it may have been applied, not pass the last refusal on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_last_attempt_refused_after_one_that_timed_out_is_of_unknown_outcome() {
+    let journal = Slow { inner: InMemoryJournal::new(), delay_ms: Arc::new(AtomicU64::new(1_500)) };
+    let a = Cluster::builder().cluster_name("retrying-verdict").build().await.unwrap();
+    let settings = EntitySettings::new("total").shards(4).mailbox(1).journal(journal.clone());
+    let totals = a.register_event_sourced::<Total>(settings, EventSourcedSettings::default()).await.unwrap();
+    let hasty = RetryPolicy {
+        attempts: 3,
+        timeout: Duration::from_millis(200),
+        first_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(10),
+    };
+    let r = totals.ask_retrying("t", 7, hasty).await;
+    assert!(matches!(&r, Err(Error::OutcomeUnknown(m)) if m.contains("full")), "{r:?}");
+    assert_eq!(r.unwrap_err().processed(), shardline::Processed::Maybe);
+    journal.delay_ms.store(0, Ordering::SeqCst);
+    let started = std::time::Instant::now();
+    while journal.inner.read("total|t", 1).await.unwrap().is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(10), "the first attempt never committed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    a.leave().await.unwrap();
+}
+
+/// A plain entity that pays into a `Total` from its handler: it finds the event-sourced type
+/// among its node's types and asks it as any caller does, with one error to handle.
+struct Cashier;
+
+impl Entity for Cashier {
+    type Message = u64;
+    type Reply = Result<u64, String>;
+
+    fn new(_id: &EntityId) -> Self {
+        Cashier
+    }
+
+    async fn handle(&mut self, ctx: &mut EntityContext, amount: u64) -> Result<u64, String> {
+        let totals = ctx.entities().event_sourced::<Total>().ok_or("no totals on this node")?;
+        totals.ask_retrying("till", amount, RetryPolicy::default()).await.map_err(|e| e.to_string())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entity_asks_an_event_sourced_one() {
+    let a = Cluster::builder().cluster_name("cashiers").build().await.unwrap();
+    let settings = EntitySettings::new("total").shards(4).journal(InMemoryJournal::new());
+    a.register_event_sourced::<Total>(settings, EventSourcedSettings::default()).await.unwrap();
+    let cashiers = a.register::<Cashier>(EntitySettings::new("cashier").shards(4)).await.unwrap();
+    assert_eq!(cashiers.entity_ref("c1").ask(5).await, Ok(Ok(5)));
+    assert_eq!(cashiers.entity_ref("c2").ask(3).await, Ok(Ok(8)));
     a.leave().await.unwrap();
 }

@@ -104,20 +104,22 @@ async fn state_survives_a_crash_of_its_node() {
     let (a, ha) = node("es-crash", "a", None, &journal, es).await;
     let (_b, hb) = node("es-crash", "b", Some(&a), &journal, es).await;
     let hb2 = hb.clone();
-    eventually("b hosts shards", Duration::from_secs(30), move || !hb2.entities().hosted_shards().is_empty()).await;
+    eventually("b hosts shards", Duration::from_secs(30), move || !hb2.entity_handle().hosted_shards().is_empty())
+        .await;
     let ha2 = ha.clone();
-    eventually("a hosts shards", Duration::from_secs(30), move || !ha2.entities().hosted_shards().is_empty()).await;
+    eventually("a hosts shards", Duration::from_secs(30), move || !ha2.entity_handle().hosted_shards().is_empty())
+        .await;
     for i in 0..40u64 {
         for _ in 0..3 {
             hb.ask(format!("t{i}"), TallyCmd::Add(i + 1)).await.expect("acknowledged");
         }
     }
-    let on_a = ha.entities().hosted_shards();
-    assert!((0..40).any(|i| on_a.contains(&hb.entities().shard_of(format!("t{i}")))), "some tally lives on a");
+    let on_a = ha.entity_handle().hosted_shards();
+    assert!((0..40).any(|i| on_a.contains(&hb.entity_handle().shard_of(format!("t{i}")))), "some tally lives on a");
     a.crash();
     let hb2 = hb.clone();
     eventually("b hosts every shard", Duration::from_secs(60), move || {
-        hb2.entities().hosted_shards().len() == SHARDS as usize
+        hb2.entity_handle().hosted_shards().len() == SHARDS as usize
     })
     .await;
     for i in 0..40u64 {
@@ -262,12 +264,16 @@ async fn a_retry_of_a_request_committed_by_a_node_that_died_before_answering_is_
     let (a, ha) = node_with("es-lost", "a", None, settings, es).await;
     let (_b, hb) = node("es-lost", "b", Some(&a), &journal, es).await;
     let hb2 = hb.clone();
-    eventually("b hosts shards", Duration::from_secs(30), move || !hb2.entities().hosted_shards().is_empty()).await;
+    eventually("b hosts shards", Duration::from_secs(30), move || !hb2.entity_handle().hosted_shards().is_empty())
+        .await;
     let ha2 = ha.clone();
-    eventually("a hosts shards", Duration::from_secs(30), move || !ha2.entities().hosted_shards().is_empty()).await;
-    let on_a = ha.entities().hosted_shards();
-    let id =
-        (0..1_000).map(|i| format!("t{i}")).find(|id| on_a.contains(&hb.entities().shard_of(id))).expect("a hosts one");
+    eventually("a hosts shards", Duration::from_secs(30), move || !ha2.entity_handle().hosted_shards().is_empty())
+        .await;
+    let on_a = ha.entity_handle().hosted_shards();
+    let id = (0..1_000)
+        .map(|i| format!("t{i}"))
+        .find(|id| on_a.contains(&hb.entity_handle().shard_of(id)))
+        .expect("a hosts one");
     let first = RequestId::new("deposit-1");
     let err = hb
         .ask_persist(
@@ -281,7 +287,7 @@ async fn a_retry_of_a_request_committed_by_a_node_that_died_before_answering_is_
     a.crash();
     let hb2 = hb.clone();
     eventually("b hosts every shard", Duration::from_secs(60), move || {
-        hb2.entities().hosted_shards().len() == SHARDS as usize
+        hb2.entity_handle().hosted_shards().len() == SHARDS as usize
     })
     .await;
     let later = es.replies_in_memory as u64 + 36;
@@ -299,7 +305,7 @@ async fn a_stale_owner_is_refused_by_the_journal() {
     let journal = InMemoryJournal::new();
     let (_c, h) = node("es-fenced", "solo", None, &journal, EventSourcedSettings::default()).await;
     assert_eq!(h.ask("y", TallyCmd::Add(1)).await.unwrap(), 1);
-    let shard = h.entities().shard_of("y");
+    let shard = h.entity_handle().shard_of("y");
     let newer = Fence { type_key: "tally".into(), shard, epoch: Epoch { term: u64::MAX / 2, seq: 1 } };
     journal.raise_fence(&newer).await.unwrap();
     let err = h.ask("y", TallyCmd::Add(1)).await.expect_err("fenced");
@@ -321,7 +327,8 @@ async fn snapshots_are_written_every_n_events_and_used_to_recover() {
     // b joins, a leaves: z's shard starts on b, which recovers it from the snapshot and 21..=25.
     let (_b, hb) = node("es-snap", "b", Some(&a), &journal, es).await;
     let hb2 = hb.clone();
-    eventually("b is given shards", Duration::from_secs(30), move || !hb2.entities().hosted_shards().is_empty()).await;
+    eventually("b is given shards", Duration::from_secs(30), move || !hb2.entity_handle().hosted_shards().is_empty())
+        .await;
     a.leave_within(Duration::from_secs(20)).await.unwrap();
     assert_eq!(hb.ask("z", TallyCmd::Get).await.unwrap(), 50);
 }
@@ -345,11 +352,13 @@ async fn a_recovery_replays_no_more_than_the_events_after_the_last_snapshot() {
     let settings = EntitySettings::new("tally").shards(SHARDS).journal(Arc::new(watched));
     let (_b, hb) = node_with("es-bounded", "b", Some(&a), settings, es).await;
     let hb2 = hb.clone();
-    eventually("b hosts shards", Duration::from_secs(30), move || !hb2.entities().hosted_shards().is_empty()).await;
+    eventually("b hosts shards", Duration::from_secs(30), move || !hb2.entity_handle().hosted_shards().is_empty())
+        .await;
     let ha2 = ha.clone();
-    eventually("a hosts shards", Duration::from_secs(30), move || !ha2.entities().hosted_shards().is_empty()).await;
-    let on_a = ha.entities().hosted_shards();
-    let id = (0..).map(|i| format!("long{i}")).find(|id| on_a.contains(&hb.entities().shard_of(id))).unwrap();
+    eventually("a hosts shards", Duration::from_secs(30), move || !ha2.entity_handle().hosted_shards().is_empty())
+        .await;
+    let on_a = ha.entity_handle().hosted_shards();
+    let id = (0..).map(|i| format!("long{i}")).find(|id| on_a.contains(&hb.entity_handle().shard_of(id))).unwrap();
     for _ in 0..1_050 {
         hb.ask(&id, TallyCmd::Add(1)).await.expect("acknowledged");
     }
@@ -358,7 +367,7 @@ async fn a_recovery_replays_no_more_than_the_events_after_the_last_snapshot() {
     a.crash();
     let hb2 = hb.clone();
     eventually("b hosts every shard", Duration::from_secs(60), move || {
-        hb2.entities().hosted_shards().len() == SHARDS as usize
+        hb2.entity_handle().hosted_shards().len() == SHARDS as usize
     })
     .await;
     assert_eq!(hb.ask(&id, TallyCmd::Get).await.unwrap(), 1_050);
@@ -437,11 +446,12 @@ async fn remembered_entities_start_again_where_their_shard_starts() {
     // b joins and a leaves: every shard starts on b, its remembered entities with it.
     let (_b, hb) = node_with("es-remember", "b", Some(&a), settings(), es).await;
     let hb3 = hb.clone();
-    eventually("b is given shards", Duration::from_secs(30), move || !hb3.entities().hosted_shards().is_empty()).await;
+    eventually("b is given shards", Duration::from_secs(30), move || !hb3.entity_handle().hosted_shards().is_empty())
+        .await;
     a.leave_within(Duration::from_secs(20)).await.unwrap();
     let hb2 = hb.clone();
     let started = std::time::Instant::now();
-    while hb2.entities().local_entities() != 12 {
+    while hb2.entity_handle().local_entities() != 12 {
         if started.elapsed() > Duration::from_secs(30) {
             let mut remembered = Vec::new();
             for s in 0..SHARDS {
@@ -449,8 +459,8 @@ async fn remembered_entities_start_again_where_their_shard_starts() {
             }
             panic!(
                 "remembered entities on b: {} in memory, shards {:?}, remembered per shard {remembered:?}",
-                hb2.entities().local_entities(),
-                hb2.entities().hosted_epochs()
+                hb2.entity_handle().local_entities(),
+                hb2.entity_handle().hosted_epochs()
             );
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -483,12 +493,13 @@ async fn remembered_entities_recover_a_few_at_a_time() {
     }
     let (_b, hb) = node_with("es-at-once", "b", Some(&a), settings(Some(recoveries.clone())), es).await;
     let hb2 = hb.clone();
-    eventually("b hosts shards", Duration::from_secs(30), move || !hb2.entities().hosted_shards().is_empty()).await;
+    eventually("b hosts shards", Duration::from_secs(30), move || !hb2.entity_handle().hosted_shards().is_empty())
+        .await;
     // Crashed, so that nothing is handed over: every entity recovers on b.
     a.crash();
     let hb2 = hb.clone();
     eventually("every remembered entity starts on b", Duration::from_secs(60), move || {
-        hb2.entities().local_entities() == 120
+        hb2.entity_handle().local_entities() == 120
     })
     .await;
     let most = recoveries.most.load(std::sync::atomic::Ordering::SeqCst);
@@ -522,13 +533,14 @@ async fn remembered_entities_start_even_when_the_journal_cannot_list_them_at_fir
     }
     let (_b, hb) = node_with("es-unlisted", "b", Some(&a), settings(), es).await;
     let hb2 = hb.clone();
-    eventually("b hosts shards", Duration::from_secs(30), move || !hb2.entities().hosted_shards().is_empty()).await;
+    eventually("b hosts shards", Duration::from_secs(30), move || !hb2.entity_handle().hosted_shards().is_empty())
+        .await;
     // Every shard's first reads fail, more of them than there are shards.
     unlisted.store(2 * SHARDS as usize, std::sync::atomic::Ordering::SeqCst);
     a.crash();
     let hb2 = hb.clone();
     eventually("every remembered entity starts on b", Duration::from_secs(60), move || {
-        hb2.entities().local_entities() == 12
+        hb2.entity_handle().local_entities() == 12
     })
     .await;
     assert_eq!(unlisted.load(std::sync::atomic::Ordering::SeqCst), 0, "every failed read was asked again");
@@ -545,12 +557,13 @@ async fn a_cluster_restarted_on_its_journal_after_a_leadership_change_serves_aga
     let (a, _ha) = node("es-restart", "a", None, &journal, es).await;
     let (b, hb) = node("es-restart", "b", Some(&a), &journal, es).await;
     let hb2 = hb.clone();
-    eventually("b hosts shards", Duration::from_secs(30), move || !hb2.entities().hosted_shards().is_empty()).await;
+    eventually("b hosts shards", Duration::from_secs(30), move || !hb2.entity_handle().hosted_shards().is_empty())
+        .await;
     // The first leader dies: b leads on, in a higher term, and writes every tally.
     a.crash();
     let hb2 = hb.clone();
     eventually("b hosts every shard", Duration::from_secs(60), move || {
-        hb2.entities().hosted_shards().len() == SHARDS as usize
+        hb2.entity_handle().hosted_shards().len() == SHARDS as usize
     })
     .await;
     for i in 0..20u64 {

@@ -317,7 +317,7 @@ async fn a_firing_is_acknowledged_in_the_append_of_its_command() {
     let (b, hb, jb) = &nodes[1];
     let id = (0..1000)
         .map(|i| format!("order-{i}"))
-        .find(|id| hb.entities().hosted_shards().contains(&hb.entities().shard_of(id)))
+        .find(|id| hb.entity_handle().hosted_shards().contains(&hb.entity_handle().shard_of(id)))
         .expect("b hosts a shard");
     jb.refuse_acks.store(true, Ordering::SeqCst);
     hb.ask(&id, OrderCmd::Place).await.unwrap();
@@ -328,14 +328,14 @@ async fn a_firing_is_acknowledged_in_the_append_of_its_command() {
         assert!(started.elapsed() < Duration::from_secs(10), "the order never expired on b");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let shard = hb.entities().shard_of(&id);
+    let shard = hb.entity_handle().shard_of(&id);
     let stored = shared.due_reminders("order", shard, None, u64::MAX >> 1, 10).await.unwrap();
     assert!(stored.is_empty(), "the append that stored the expiry did not acknowledge it: {stored:?}");
     b.crash();
     // The survivor hosts the shard and has read its reminders, none of which is this one.
     let (a, ha, _) = &nodes[0];
     let started = std::time::Instant::now();
-    while !ha.entities().hosted_shards().contains(&shard) {
+    while !ha.entity_handle().hosted_shards().contains(&shard) {
         assert!(started.elapsed() < Duration::from_secs(40), "a never took the shard over");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

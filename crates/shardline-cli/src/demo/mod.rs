@@ -105,7 +105,7 @@ const NEW_VERSION: &str = "2";
 fn shards_by_version(driver: &Cluster, accounts: &Accounts) -> Vec<(shardline::NodeId, String, usize)> {
     let view = driver.view();
     let mut counts: BTreeMap<shardline::NodeId, usize> = BTreeMap::new();
-    for owner in accounts.entities().shard_homes().into_iter().flatten() {
+    for owner in accounts.entity_handle().shard_homes().into_iter().flatten() {
         *counts.entry(owner).or_default() += 1;
     }
     counts
@@ -258,7 +258,7 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
     }
     let a2 = accounts.clone();
     if !wait_for("every shard to get a home", Duration::from_secs(60), &progress, || {
-        a2.entities().shard_homes().iter().chain(&memory.shard_homes()).all(Option::is_some)
+        a2.entity_handle().shard_homes().iter().chain(&memory.shard_homes()).all(Option::is_some)
     })
     .await
     {
@@ -269,9 +269,9 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
     // them "settled" means every host holds shards and nothing moved for two seconds.
     let a3 = accounts.clone();
     let least_shards = matches!(args.strategy.0, shardline::StrategyKind::LeastShards);
-    let mut last = (shards_per_node(&a3.entities().shard_homes()), Instant::now());
+    let mut last = (shards_per_node(&a3.entity_handle().shard_homes()), Instant::now());
     let balanced = wait_for("the initial rebalance to settle", Duration::from_secs(60), &progress, || {
-        let per = shards_per_node(&a3.entities().shard_homes());
+        let per = shards_per_node(&a3.entity_handle().shard_homes());
         if per != last.0 {
             last = (per.clone(), Instant::now());
         }
@@ -456,7 +456,7 @@ async fn run_inner(args: DemoArgs) -> Result<i32, Box<dyn std::error::Error>> {
     let in_memory = in_memory.ok_or("the run had no steady phase")?;
     let durable_ratio = reports.first().map_or(0.0, |p| p.ops_per_s) / in_memory.ops_per_s.max(f64::MIN_POSITIVE);
     progress.finish();
-    let per_node = shards_per_node(&accounts.entities().shard_homes());
+    let per_node = shards_per_node(&accounts.entity_handle().shard_homes());
     let report = DemoReport {
         store: store.kind().to_string(),
         nodes_started: total_nodes,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use shardline_core::{EntityId, Epoch, NodeId, ShardId};
 use tokio::sync::oneshot;
 
-use crate::entity::Entity;
+use crate::entity::{Entity, EventSourced, EventSourcedHandle, Persistent};
 use crate::error::Error;
 use crate::sharding::ask::stats as ask_stats;
 use crate::sharding::entity::Registry;
@@ -28,6 +28,21 @@ impl Entities {
     pub fn handle<E: Entity>(&self) -> Option<EntityHandle<E>> {
         let any = self.registry.typed(std::any::TypeId::of::<E>())?;
         any.downcast::<Region<E>>().ok().map(|region| EntityHandle { region, _e: PhantomData })
+    }
+
+    /// The handle of a registered event-sourced type (None: not registered on this node): an
+    /// entity asks another, event-sourced one with its `ask`, `ask_with_request_id` or
+    /// `ask_retrying`, which answer the reply or one error, as they do for any caller.
+    ///
+    /// ```no_run
+    /// # use shardline::{EntityContext, EventSourced, Error};
+    /// # async fn f<Account: EventSourced<Command = u64>>(ctx: &EntityContext) -> Result<(), Error> {
+    /// let accounts = ctx.entities().event_sourced::<Account>().ok_or(Error::Rejected("no accounts here".into()))?;
+    /// let reply = accounts.ask("acct-7", 100).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn event_sourced<T: EventSourced>(&self) -> Option<EventSourcedHandle<T>> {
+        self.handle::<Persistent<T>>().map(|inner| EventSourcedHandle { inner, _t: PhantomData })
     }
 }
 

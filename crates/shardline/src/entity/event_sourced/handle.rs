@@ -30,7 +30,13 @@ pub(crate) fn fresh_request_id() -> RequestId {
 }
 
 impl<T: EventSourced> EventSourcedHandle<T> {
-    /// The untyped entity handle (shards, homes, counts).
+    /// The type's entity handle underneath (shards, homes, counts of hosted entities).
+    pub fn entity_handle(&self) -> &EntityHandle<Persistent<T>> {
+        &self.inner
+    }
+
+    /// The type's entity handle underneath.
+    #[deprecated(note = "renamed `entity_handle`: `Cluster::entities` is the registered types")]
     pub fn entities(&self) -> &EntityHandle<Persistent<T>> {
         &self.inner
     }
