@@ -9,6 +9,7 @@ mod daemons;
 mod dispatch;
 mod formed;
 mod readiness;
+mod settings_from;
 
 pub use admin::{AdminError, ClusterStatus, MemberReport, RebalancingReport, ShardMapReport, ShardReport};
 pub use builder::ClusterBuilder;
