@@ -9,8 +9,10 @@ use std::sync::Arc;
 use metrics::{Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 
 use serde::{Deserialize, Serialize};
+use std::future::Future;
+
 use shardline::entity::{EventSourced, EventSourcedHandle};
-use shardline::EntityId;
+use shardline::{EntityContext, EntityId};
 
 /// Takes the panics of this thread (a task of a node, whose runtime would swallow them): each one is a
 /// violation of the schedule.
@@ -92,14 +94,18 @@ impl<E: EventSourced> EventSourced for Watched<E> {
     }
 
     fn decide(&self, command: Self::Command) -> (Vec<Self::Event>, Self::Reply) {
-        let d = Decided {
-            entity: self.id.clone(),
-            instance: self.instance,
-            host: CURRENT.with(|c| c.borrow().clone()),
-            at_ms: NOW_MS.with(Cell::get),
-        };
-        DECIDED.with(|log| log.borrow_mut().push(d));
+        self.decided();
         self.inner.decide(command)
+    }
+
+    /// Logged when the decision starts: an instance that starts deciding is live.
+    fn decide_with(
+        &self,
+        ctx: &EntityContext,
+        command: Self::Command,
+    ) -> impl Future<Output = (Vec<Self::Event>, Self::Reply)> + Send {
+        self.decided();
+        self.inner.decide_with(ctx, command)
     }
 
     fn upcast(version: u32, payload: &[u8]) -> Result<Self::Event, String> {
@@ -116,6 +122,18 @@ impl<E: EventSourced> EventSourced for Watched<E> {
 
     fn on_reminder(&self, reminder: &shardline::entity::Reminder) -> Option<Self::Command> {
         self.inner.on_reminder(reminder)
+    }
+}
+
+impl<E: EventSourced> Watched<E> {
+    fn decided(&self) {
+        let d = Decided {
+            entity: self.id.clone(),
+            instance: self.instance,
+            host: CURRENT.with(|c| c.borrow().clone()),
+            at_ms: NOW_MS.with(Cell::get),
+        };
+        DECIDED.with(|log| log.borrow_mut().push(d));
     }
 }
 

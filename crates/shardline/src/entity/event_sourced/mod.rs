@@ -45,8 +45,11 @@
 //! }
 //! ```
 
+mod fold;
 mod handle;
 mod reminders;
+
+pub use fold::EventSourced;
 
 pub(super) use handle::fresh_request_id;
 pub use handle::EventSourcedHandle;
@@ -68,67 +71,6 @@ use super::{Entity, EntityContext};
 use crate::error::Error;
 use crate::journal::{AppendRequest, EventRecord, JournalError, RecordedReply, ReminderChange, Snapshot, READ_PAGE};
 use crate::sabotage::{self, Sabotage};
-
-/// State that is the fold of its events. See the [module docs](self).
-pub trait EventSourced: Serialize + DeserializeOwned + Sized + Send + 'static {
-    /// What it is asked to do.
-    type Command: Serialize + DeserializeOwned + Send + 'static;
-    /// What it persists.
-    type Event: Serialize + DeserializeOwned + Send + 'static;
-    /// What it answers.
-    type Reply: Serialize + DeserializeOwned + Send + 'static;
-
-    /// The type name stored with every event; a reader refuses events of another name.
-    const EVENT_TYPE: &'static str;
-    /// The schema version stored with every event and snapshot; a reader refuses newer ones,
-    /// reads older events through [`upcast`](Self::upcast), and skips an older snapshot (it
-    /// replays the events instead, which the journal keeps).
-    const SCHEMA_VERSION: u32 = 1;
-
-    /// The state before any event.
-    fn empty(id: &EntityId) -> Self;
-
-    /// Folds one event into the state.
-    fn apply(&mut self, event: &Self::Event);
-
-    /// Decides what a command does: the events to persist (none for a read) and the reply, which
-    /// the caller gets only once the events are durable.
-    fn decide(&self, command: Self::Command) -> (Vec<Self::Event>, Self::Reply);
-
-    /// Reads an event that version `version` (older than [`SCHEMA_VERSION`](Self::SCHEMA_VERSION))
-    /// of this type stored: an upcaster, as Akka's event adapters. The default reads it as the
-    /// current event type, which holds while every change kept the encoding; see
-    /// [`decode_old`] for what does not, and an example.
-    fn upcast(version: u32, payload: &[u8]) -> Result<Self::Event, String> {
-        let _ = version;
-        decode_old(payload)
-    }
-
-    /// The events and reply of a command that needs no state (a fact to log, a value to set),
-    /// or None (the default) when it does. Such a command sent to an entity that has not been
-    /// recovered yet is appended without reading its history; once recovered, every command goes
-    /// through [`decide`](Self::decide), which must agree.
-    fn decide_without_state(command: &Self::Command) -> Option<(Vec<Self::Event>, Self::Reply)> {
-        let _ = command;
-        None
-    }
-
-    /// The durable reminders an event sets or cancels, stored in the transaction that stores
-    /// the event (so a command's reminder exists exactly when its events do). Called once, when
-    /// the event is decided, not on replay. Needs [`EntitySettings::reminders`](crate::EntitySettings::reminders).
-    fn reminders(event: &Self::Event) -> Vec<Remind> {
-        let _ = event;
-        Vec::new()
-    }
-
-    /// The command a due reminder runs, or None to do nothing. It runs with the firing's id as
-    /// its request id ([`Reminder::firing_id`](crate::entity::Reminder::firing_id)), so a firing
-    /// delivered again (after a crash, a move) is applied once.
-    fn on_reminder(&self, reminder: &crate::entity::Reminder) -> Option<Self::Command> {
-        let _ = reminder;
-        None
-    }
-}
 
 /// A command on its way to a [`Persistent`] entity, with the request id that makes retries safe.
 #[derive(Debug, Serialize, Deserialize)]
@@ -318,7 +260,7 @@ impl<T: EventSourced> Persistent<T> {
             return Err(PersistError::Unreadable(format!("{pid}: not recovered")));
         };
         let last = *last;
-        let (events, reply) = state.decide(msg.command);
+        let (events, reply) = state.decide_with(ctx, msg.command).await;
         if events.is_empty() && !msg.request_id.as_ref().is_some_and(RequestId::records_reads) {
             // A read changes nothing and no caller will ask for this answer again: nothing to
             // record.

@@ -1,0 +1,107 @@
+//! `EventSourced::decide_with`: a command decided after an ask of another entity, with the
+//! entity's context; its retry is answered with the recorded reply, not decided again.
+
+use serde::{Deserialize, Serialize};
+use shardline::journal::InMemoryJournal;
+use shardline::{Cluster, EntityContext, EntityId, EntitySettings, EventSourced, EventSourcedSettings, RequestId};
+
+/// Prices by item: the item is the entity id.
+#[derive(Serialize, Deserialize)]
+struct Price(u64);
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+enum PriceCmd {
+    Set(u64),
+    Get,
+}
+
+impl EventSourced for Price {
+    type Command = PriceCmd;
+    type Event = u64;
+    type Reply = u64;
+    const EVENT_TYPE: &'static str = "price";
+
+    fn empty(_: &EntityId) -> Self {
+        Price(0)
+    }
+    fn apply(&mut self, p: &u64) {
+        self.0 = *p;
+    }
+    fn decide(&self, c: PriceCmd) -> (Vec<u64>, u64) {
+        match c {
+            PriceCmd::Set(p) => (vec![p], p),
+            PriceCmd::Get => (vec![], self.0),
+        }
+    }
+}
+
+/// An order adds items at the price the catalog has when it decides.
+#[derive(Serialize, Deserialize)]
+struct Order {
+    total: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Line {
+    item: String,
+    price: u64,
+}
+
+impl EventSourced for Order {
+    type Command = String;
+    type Event = Line;
+    type Reply = Result<(String, u64), String>;
+    const EVENT_TYPE: &'static str = "order";
+
+    fn empty(_: &EntityId) -> Self {
+        Order { total: 0 }
+    }
+    fn apply(&mut self, l: &Line) {
+        self.total += l.price;
+    }
+    fn decide(&self, _: String) -> (Vec<Line>, Self::Reply) {
+        (vec![], Err("decided with its context only".into()))
+    }
+
+    async fn decide_with(&self, ctx: &EntityContext, item: String) -> (Vec<Line>, Self::Reply) {
+        let Some(prices) = ctx.entities().event_sourced::<Price>() else {
+            return (vec![], Err("no prices on this node".into()));
+        };
+        match prices.ask(&item, PriceCmd::Get).await {
+            Ok(0) => (vec![], Err(format!("{item} has no price"))),
+            Ok(price) => (vec![Line { item, price }], Ok((ctx.id().as_str().to_string(), self.total + price))),
+            Err(e) => (vec![], Err(e.to_string())),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_is_decided_after_an_ask_of_another_entity() {
+    let a = Cluster::builder().cluster_name("decide-with").build().await.unwrap();
+    let journal = std::sync::Arc::new(InMemoryJournal::new());
+    let prices = a
+        .register_event_sourced::<Price>(
+            EntitySettings::new("price").shards(4).journal(journal.clone()),
+            EventSourcedSettings::default(),
+        )
+        .await
+        .unwrap();
+    let orders = a
+        .register_event_sourced::<Order>(
+            EntitySettings::new("order").shards(4).journal(journal),
+            EventSourcedSettings::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(orders.ask("o1", "pen".into()).await.unwrap(), Err("pen has no price".into()));
+    prices.ask("pen", PriceCmd::Set(3)).await.unwrap();
+    prices.ask("ink", PriceCmd::Set(10)).await.unwrap();
+    assert_eq!(orders.ask("o1", "pen".into()).await.unwrap(), Ok(("o1".into(), 3)));
+    let rid = RequestId::new("o1-ink");
+    assert_eq!(orders.ask_with_request_id("o1", "ink".into(), rid.clone()).await.unwrap(), Ok(("o1".into(), 13)));
+    // The price changes; the retry of the same request is its recorded reply, not a new decision.
+    prices.ask("ink", PriceCmd::Set(99)).await.unwrap();
+    assert_eq!(orders.ask_with_request_id("o1", "ink".into(), rid).await.unwrap(), Ok(("o1".into(), 13)));
+    assert_eq!(orders.ask("o1", "ink".into()).await.unwrap(), Ok(("o1".into(), 112)));
+    a.leave().await.unwrap();
+}
