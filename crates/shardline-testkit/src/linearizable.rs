@@ -29,9 +29,10 @@ pub enum Answer<R> {
 pub struct Op<C, R> {
     /// What was asked.
     pub command: C,
-    /// When it was first sent (any clock the history shares).
+    /// When it was first sent: any clock the history shares, or a counter of the history's
+    /// events in the order they happened.
     pub invoke: u64,
-    /// When its answer came; ignored for [`Answer::Unknown`].
+    /// When its answer came, on the same clock; ignored for [`Answer::Unknown`].
     pub complete: u64,
     /// How it ended.
     pub answer: Answer<R>,

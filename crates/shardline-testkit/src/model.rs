@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,6 +27,9 @@ pub type Reply<M> = <<M as Model>::Entity as EventSourced>::Reply;
 /// What an entity type must do, said sequentially: the kit runs the real entity on a simulated
 /// cluster under faults, and checks that every answer its clients got is one this model allows
 /// in some order that respects real time (linearizability).
+///
+/// The kit registers this one type: an entity whose `decide_with` asks another type finds none
+/// there (`ctx.entities()` answers `None`).
 ///
 /// A model of a counter entity:
 ///
@@ -119,12 +122,13 @@ pub struct ModelWorkload<M: Model> {
 }
 
 impl<M: Model> ModelWorkload<M> {
-    /// `entities` entities (ids `e0`, `e1`, …) asked by `clients` clients.
+    /// `entities` entities (ids `e0`, `e1`, …) asked by `clients` clients (at least one of
+    /// each).
     pub fn new(model: Arc<M>, entities: usize, clients: usize) -> Self {
         ModelWorkload {
             model,
-            entities: (0..entities).map(|i| format!("e{i}")).collect(),
-            clients,
+            entities: (0..entities.max(1)).map(|i| format!("e{i}")).collect(),
+            clients: clients.max(1),
             done: Arc::default(),
             in_flight: Arc::default(),
         }
@@ -166,10 +170,13 @@ impl<M: Model> Workload for ModelWorkload<M> {
         let now_ms = move || (Instant::now() - origin).as_millis() as u64;
         let mut rng = Rng::new(seed ^ 0xC11E);
         let next = Arc::new(AtomicU64::new(1));
-        let finished = Arc::new(AtomicUsize::new(0));
+        // The order in which invocations and answers happened, all on the client node's thread:
+        // the paused clock gives many of them one instant, and a tie would let a stale read
+        // pass as concurrent with the write it missed.
+        let tick = Arc::new(AtomicU64::new(1));
         for _ in 0..self.clients {
-            let (model, entities, node, finished, next) =
-                (self.model.clone(), self.entities.clone(), node.clone(), finished.clone(), next.clone());
+            let (model, entities, node, next, tick) =
+                (self.model.clone(), self.entities.clone(), node.clone(), next.clone(), tick.clone());
             let (done, in_flight) = (self.done.clone(), self.in_flight.clone());
             let mut rng = Rng::new(rng.next());
             rt.spawn(async move {
@@ -178,33 +185,34 @@ impl<M: Model> Workload for ModelWorkload<M> {
                     let entity = entities[rng.below(entities.len() as u64) as usize].clone();
                     let command = model.command(&mut rng);
                     let n = next.fetch_add(1, Ordering::Relaxed);
-                    let invoke = now_ms();
+                    let invoke = tick.fetch_add(1, Ordering::Relaxed);
                     let op = Op { command: command.clone(), invoke, complete: u64::MAX, answer: Answer::Unknown };
                     in_flight.lock().unwrap_or_else(|e| e.into_inner()).insert(n, Asked { entity: entity.clone(), op });
                     let r = handle.ask_retrying(&entity, command.clone(), RETRIES).await;
                     in_flight.lock().unwrap_or_else(|e| e.into_inner()).remove(&n);
-                    let op = Op { command, invoke, complete: now_ms(), answer: answer(r) };
+                    let complete = tick.fetch_add(1, Ordering::Relaxed);
+                    let op = Op { command, invoke, complete, answer: answer(r) };
                     done.lock().unwrap_or_else(|e| e.into_inner()).push(Asked { entity, op });
                     tokio::time::sleep(Duration::from_millis(rng.below(40))).await;
                 }
-                finished.fetch_add(1, Ordering::Relaxed);
             });
         }
-        let (model, entities, clients, done) =
-            (self.model.clone(), self.entities.clone(), self.clients, self.done.clone());
-        // After the heal and the last client's last operation: every entity is read until it
-        // answers, so the check sees each one's final state.
+        let (model, entities, done) = (self.model.clone(), self.entities.clone(), self.done.clone());
+        // From the heal: every entity is read until it answers, within the world's bound (a
+        // client still retrying its last command may finish later; its answer is checked all
+        // the same).
         rt.spawn(async move {
-            while now_ms() < HEAL_AT || finished.load(Ordering::Relaxed) < clients {
+            while now_ms() < HEAL_AT {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             for entity in entities {
                 loop {
                     let handle = wait_for(&node).await;
-                    let invoke = now_ms();
+                    let invoke = tick.fetch_add(1, Ordering::Relaxed);
                     let r = handle.ask_retrying(&entity, model.read(), RETRIES).await;
                     let ok = r.is_ok();
-                    let op = Op { command: model.read(), invoke, complete: now_ms(), answer: answer(r) };
+                    let complete = tick.fetch_add(1, Ordering::Relaxed);
+                    let op = Op { command: model.read(), invoke, complete, answer: answer(r) };
                     done.lock().unwrap_or_else(|e| e.into_inner()).push(Asked { entity: entity.clone(), op });
                     if ok {
                         answered.lock().unwrap_or_else(|e| e.into_inner()).insert(entity, now_ms());

@@ -34,7 +34,7 @@ fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
 const STUCK_AFTER: Duration = Duration::from_secs(120);
 
 /// Runs `one` on the seeds `base`, `base + 1`, … (`n` of them) over the cores, and returns
-/// each seed's result. A schedule that stops advancing ends the process, naming its seed and
+/// each seed's result, in seed order; a worker's panic is raised here. A schedule that stops advancing ends the process, naming its seed and
 /// `replay(seed)`: a node's task that never waits keeps its runtime from parking, so its paused
 /// clock never moves and the world's step never returns (on a real clock, the same loop spins
 /// a core), and the stuck thread cannot be stopped.
@@ -80,8 +80,20 @@ pub fn run_seeds<T: Send>(
                 })
             })
             .collect();
-        let results = handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect();
+        let mut results = Vec::new();
+        let mut panicked = None;
+        for h in handles {
+            match h.join() {
+                Ok(r) => results.extend(r),
+                Err(p) => panicked = Some(p),
+            }
+        }
         done.store(true, Ordering::Release);
+        // A worker that panicked lost its results: a report without them would pass.
+        if let Some(p) = panicked {
+            std::panic::resume_unwind(p);
+        }
+        results.sort_by_key(|(seed, _)| *seed);
         results
     })
 }

@@ -144,7 +144,8 @@ impl Schedule {
                     joined = true;
                     Fault::Join { host: nodes }
                 }
-                _ => Fault::Crash { host, for_ms },
+                // One join per schedule; a membership change after it is a leave.
+                _ => Fault::Leave { host, for_ms },
             };
             faults.push((at, fault));
         }

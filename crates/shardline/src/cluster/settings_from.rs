@@ -1,7 +1,7 @@
-//! A node's settings from the environment or a file, under the names `shardline node` reads: a
-//! deployment configures a library node and a CLI node alike (a Kubernetes manifest's `env`, a
-//! systemd `EnvironmentFile`). A value that is set and cannot be read is an error naming its
-//! variable, never a default.
+//! A node's settings from the environment or a file, under the names `shardline node` reads (and
+//! two of the library's own): a deployment configures a library node and a CLI node alike (a
+//! Kubernetes manifest's `env`, a systemd `EnvironmentFile`). A value that is set and cannot be
+//! read, or honoured, is an error naming its variable, never a default.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -27,20 +27,31 @@ const KNOWN: [&str; 11] = [
     "SHARDLINE_TLS_CA",
 ];
 
+/// `shardline node`'s membership settings, which a builder takes in code
+/// ([`ClusterBuilder::membership`]): set, they would be ignored, and the node would join some
+/// other way than its deployment says. `SHARDLINE_MEMBERSHIP=seeds` is what the settings give.
+const MEMBERSHIP_IN_CODE: [&str; 3] = ["SHARDLINE_MEMBERSHIP", "SHARDLINE_SPLIT_BRAIN", "SHARDLINE_STABLE_AFTER_MS"];
+
 impl ClusterBuilder {
-    /// A builder with the settings of the `SHARDLINE_*` environment variables that are set, the
-    /// names `shardline node` reads: `SHARDLINE_CLUSTER`, `SHARDLINE_NAME`, `SHARDLINE_BIND`,
-    /// `SHARDLINE_SEEDS` (gossip through these seeds), `SHARDLINE_ROLES`, `SHARDLINE_WEIGHT`,
-    /// `SHARDLINE_APP_VERSION`, `SHARDLINE_OWNERSHIP_LOG`, and `SHARDLINE_TLS_CERT`,
-    /// `SHARDLINE_TLS_KEY`, `SHARDLINE_TLS_CA` (all three or none). What is not set keeps the
-    /// builder's default; the builder's methods still apply after it.
+    /// A builder with the settings of the `SHARDLINE_*` environment variables that are set:
+    /// those `shardline node` reads, `SHARDLINE_CLUSTER`, `SHARDLINE_NAME`, `SHARDLINE_BIND`,
+    /// `SHARDLINE_SEEDS` (gossip through these seeds), `SHARDLINE_APP_VERSION`,
+    /// `SHARDLINE_OWNERSHIP_LOG`, and `SHARDLINE_TLS_CERT`, `SHARDLINE_TLS_KEY`,
+    /// `SHARDLINE_TLS_CA` (all three or none); and the library's `SHARDLINE_ROLES` (comma
+    /// separated) and `SHARDLINE_WEIGHT`. What is not set keeps the builder's default; the
+    /// builder's methods still apply after it. Other `SHARDLINE_*` variables of the CLI (its
+    /// journal, its admin API, an entity type's shards) are not a node's settings and are left
+    /// to the application.
     ///
     /// A variable that is set and cannot be read (not UTF-8, empty, a port that is no port, one
     /// TLS file without the others, a file that cannot be read) is a
-    /// [`ConfigError::Invalid`] naming it.
+    /// [`ConfigError::Invalid`] naming it; so is one of the CLI's membership settings
+    /// (`SHARDLINE_MEMBERSHIP` other than `seeds`, `SHARDLINE_SPLIT_BRAIN`,
+    /// `SHARDLINE_STABLE_AFTER_MS`), which a library node takes in code: ignored, the node
+    /// would join another way than its deployment says.
     pub fn from_env() -> Result<ClusterBuilder, ConfigError> {
         let mut vars = BTreeMap::new();
-        for name in KNOWN {
+        for name in KNOWN.into_iter().chain(MEMBERSHIP_IN_CODE) {
             match std::env::var(name) {
                 Ok(v) => {
                     vars.insert(name, v);
@@ -90,17 +101,29 @@ impl ClusterBuilder {
                 return Err(at(format!("{line:?} is not NAME=VALUE")));
             };
             let name = name.trim();
-            let Some(known) = KNOWN.iter().find(|k| **k == name) else {
+            let Some(known) = KNOWN.iter().chain(&MEMBERSHIP_IN_CODE).find(|k| **k == name) else {
                 return Err(at(format!("{name} is not a setting (the settings: {})", KNOWN.join(", "))));
             };
-            let value = value.trim();
-            let value = value.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(value);
+            let value = unquoted(value.trim()).map_err(|why| at(format!("{name}: {why}")))?;
             if vars.insert(*known, value.to_string()).is_some() {
                 return Err(at(format!("{name} is given twice")));
             }
         }
         settings(vars)
     }
+}
+
+/// A value as a systemd `EnvironmentFile` gives it: in double or single quotes, or bare.
+fn unquoted(v: &str) -> Result<&str, String> {
+    for q in ['"', '\''] {
+        if let Some(inner) = v.strip_prefix(q) {
+            return inner.strip_suffix(q).ok_or_else(|| format!("{v} has no closing {q}"));
+        }
+    }
+    if v.ends_with(['"', '\'']) {
+        return Err(format!("{v} has no opening quote"));
+    }
+    Ok(v)
 }
 
 fn invalid(name: &'static str, reason: String) -> ConfigError {
@@ -137,6 +160,18 @@ fn address(name: &'static str, a: &str) -> Result<(), ConfigError> {
 }
 
 fn settings(vars: BTreeMap<&'static str, String>) -> Result<ClusterBuilder, ConfigError> {
+    for name in MEMBERSHIP_IN_CODE {
+        match vars.get(name).map(|v| v.trim()) {
+            None => {}
+            Some("seeds") if name == "SHARDLINE_MEMBERSHIP" => {}
+            Some(v) => {
+                return Err(invalid(
+                    name,
+                    format!("{v:?}: a library node takes its membership in code (ClusterBuilder::membership), not from {name}; unset it, or give the builder the provider"),
+                ))
+            }
+        }
+    }
     let mut b = Cluster::builder();
     if let Some(v) = text(&vars, "SHARDLINE_CLUSTER")? {
         b = b.cluster_name(v);
@@ -173,8 +208,7 @@ fn settings(vars: BTreeMap<&'static str, String>) -> Result<ClusterBuilder, Conf
     match tls {
         (None, None, None) => {}
         (Some(cert), Some(key), Some(ca)) => {
-            let tls =
-                TlsConfig::from_files(&cert, &key, &ca).map_err(|e| invalid("SHARDLINE_TLS_CERT", e.to_string()))?;
+            let tls = TlsConfig::from_files(&cert, &key, &ca).map_err(|e| invalid("SHARDLINE_TLS_*", e.to_string()))?;
             b = b.tls(tls);
         }
         _ => {
@@ -237,6 +271,8 @@ mod tests {
         assert!(refused(&[("SHARDLINE_WEIGHT", "0")]).contains("SHARDLINE_WEIGHT"));
         assert!(refused(&[("SHARDLINE_WEIGHT", "-2")]).contains("SHARDLINE_WEIGHT"));
         assert!(refused(&[("SHARDLINE_NAME", " ")]).contains("empty"));
+        assert!(refused(&[("SHARDLINE_SPLIT_BRAIN", "off")]).contains("SHARDLINE_SPLIT_BRAIN"));
+        assert!(refused(&[("SHARDLINE_MEMBERSHIP", "etcd://127.0.0.1:2379")]).contains("in code"));
         assert!(refused(&[("SHARDLINE_TLS_CERT", "c.pem"), ("SHARDLINE_TLS_KEY", "k.pem")]).contains("go together"));
         let missing = refused(&[
             ("SHARDLINE_TLS_CERT", "/nope/c"),
@@ -255,8 +291,13 @@ mod tests {
             std::fs::write(&file, text).unwrap();
             ClusterBuilder::from_file(&file)
         };
-        let b = read("# a node\n\nSHARDLINE_CLUSTER = \"shop\"\nSHARDLINE_WEIGHT=2\n").unwrap();
-        assert_eq!((b.cluster_name.as_str(), b.weight), ("shop", 2));
+        let b = read("# a node\n\nSHARDLINE_CLUSTER = \"shop\"\nSHARDLINE_WEIGHT=2\nSHARDLINE_NAME='n 1'\n").unwrap();
+        assert_eq!((b.cluster_name.as_str(), b.weight, b.node_name.as_deref()), ("shop", 2, Some("n 1")));
+        let e = read("SHARDLINE_NAME='n1\n").err().unwrap().to_string();
+        assert!(e.contains("closing"), "{e}");
+        let e = read("SHARDLINE_MEMBERSHIP=etcd://127.0.0.1:2379\n").err().unwrap().to_string();
+        assert!(e.contains("in code"), "{e}");
+        assert!(read("SHARDLINE_MEMBERSHIP=seeds\n").is_ok());
         let e = read("SHARDLINE_CLUSTER=shop\nSHARDLINE_CLUSTER=other\n").err().unwrap().to_string();
         assert!(e.contains("line 2") && e.contains("twice"), "{e}");
         let e = read("SHARDLINE_CLUSTER shop\n").err().unwrap().to_string();

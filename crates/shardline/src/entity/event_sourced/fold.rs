@@ -40,10 +40,18 @@ pub trait EventSourced: Serialize + DeserializeOwned + Sized + Send + 'static {
     /// entity types (`ctx.entities()`, to ask another entity before deciding), and anything it
     /// awaits (a lookup in a service). The default calls [`decide`](Self::decide); implement
     /// one or the other. While it awaits, the entity takes no other command, so the decision is
-    /// made on the state it started from, and a retry of the command (the same request id) is
-    /// answered with the recorded reply, not decided again. It must not ask its own entity: that
-    /// ask would wait behind this one until it times out. Awaiting with `&self` held needs the
-    /// state to be `Sync`.
+    /// made on the state it started from. It must not ask its own entity: that ask would wait
+    /// behind this one until it times out. Awaiting with `&self` held needs the state to be
+    /// `Sync`.
+    ///
+    /// A decision can be made more than once for one request: a retry of a command whose append
+    /// failed or whose outcome was unknown (a lost connection, a crash, a moved shard) is
+    /// decided again, and a decision that writes no event is recorded only under a caller's
+    /// request id. So an ask made here is at least once: ask idempotently (`ask_retrying`, or
+    /// `ask_with_request_id` with an id derived from the command's own). And a reply is recorded
+    /// under the caller's request id like any other, a failure of the inner ask included: a
+    /// retry with that id gets the same failure until the id expires, so a caller that should
+    /// try again gets a reply that says so and sends a new id.
     ///
     /// ```
     /// # use serde::{Deserialize, Serialize};
@@ -100,7 +108,8 @@ pub trait EventSourced: Serialize + DeserializeOwned + Sized + Send + 'static {
     /// The events and reply of a command that needs no state (a fact to log, a value to set),
     /// or None (the default) when it does. Such a command sent to an entity that has not been
     /// recovered yet is appended without reading its history; once recovered, every command goes
-    /// through [`decide`](Self::decide), which must agree.
+    /// through [`decide_with`](Self::decide_with) ([`decide`](Self::decide) by default), which
+    /// must agree.
     fn decide_without_state(command: &Self::Command) -> Option<(Vec<Self::Event>, Self::Reply)> {
         let _ = command;
         None
