@@ -2,7 +2,6 @@
 
 pub mod account;
 pub mod alarm;
-pub mod attempts;
 pub mod heap;
 pub mod history;
 pub mod membership;

@@ -10,7 +10,7 @@ use serde::Serialize;
 use shardline::entity::Persist;
 use shardline::{Error, NodeId, Processed};
 
-use shardline_cli::attempts::Attempts;
+use shardline::Attempts;
 use shardline_cli::history::{now_us, HistoryWriter, Kind, Operation, Outcome};
 use shardline_cli::{AccountCmd, AccountReply, Accounts};
 

@@ -72,8 +72,8 @@ pub use cluster::{
 };
 pub use entity::daemon::{DaemonContext, DaemonHandle};
 pub use entity::{
-    Entities, Entity, EntityContext, EntityHandle, EntityRef, EntitySettings, EventSourced, EventSourcedHandle,
-    EventSourcedSettings, Reminder, RequestId, RetryPolicy, StrategyKind, When,
+    Attempts, Entities, Entity, EntityContext, EntityHandle, EntityRef, EntitySettings, EventSourced,
+    EventSourcedHandle, EventSourcedSettings, Reminder, RequestId, RetryPolicy, StrategyKind, When,
 };
 pub use error::{ConfigError, Error, Processed, TransportError};
 pub use journal::Journal;

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use shardline::entity::{EntitySettings, EventSourced, RequestId};
 use shardline::journal::{InMemoryJournal, Journal};
+use shardline::Attempts;
 use shardline::{Error, Processed};
 use shardline_cli::account::{AccountCmd, AccountEvent, AccountReply};
-use shardline_cli::attempts::Attempts;
 use shardline_cli::history::{Kind, Operation, Outcome as Answer};
 use shardline_cli::{account_settings, Account};
 use shardline_testkit::observed::WatchedHandle;

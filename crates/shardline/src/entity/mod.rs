@@ -46,5 +46,5 @@ pub use crate::sharding::settings::{EntitySettings, EventSourcedSettings, Strate
 pub use event_sourced::{EventSourced, EventSourcedHandle, Persist, PersistError, Persistent, Remind};
 pub use handles::{Entities, EntityHandle, EntityRef};
 pub use request_id::RequestId;
-pub use retry::RetryPolicy;
+pub use retry::{Attempts, RetryPolicy};
 pub use schema::decode_old;

@@ -60,6 +60,51 @@ impl RetryPolicy {
     }
 }
 
+/// What a caller that resends one request may conclude when it gives up.
+///
+/// Each attempt's error says whether that attempt was processed. A request resent with its
+/// request id after an attempt of unknown outcome (a timeout, a node killed under it) may be
+/// applied already, whatever a later attempt says: "this node cannot route the message" on the
+/// last try says nothing about the first. A caller that reported the last error counted such a
+/// request as not applied, and the journal then held a write its history said was refused.
+/// [`EventSourcedHandle::ask_retrying`] keeps one; a caller with a retry loop of its own keeps
+/// another.
+///
+/// ```
+/// use shardline::{Attempts, Error, Processed};
+///
+/// let mut attempts = Attempts::default();
+/// attempts.failed(&Error::Timeout(std::time::Duration::from_secs(5)));
+/// let last = Error::Unavailable("this node cannot route the message".into());
+/// assert_eq!(last.processed(), Processed::No);
+/// assert_eq!(attempts.verdict(last).processed(), Processed::Maybe);
+/// ```
+#[derive(Debug, Default)]
+pub struct Attempts {
+    /// The first error that left an attempt's outcome open, if any.
+    open: Option<String>,
+}
+
+impl Attempts {
+    /// Notes an attempt that failed with `e`.
+    pub fn failed(&mut self, e: &Error) {
+        if e.processed() != Processed::No && self.open.is_none() {
+            self.open = Some(e.to_string());
+        }
+    }
+
+    /// The error to report when the caller gives up after `last`: `last`, unless it says "not
+    /// processed" while an earlier attempt may have been.
+    pub fn verdict(&self, last: Error) -> Error {
+        match &self.open {
+            Some(first) if last.processed() == Processed::No => {
+                Error::OutcomeUnknown(format!("{last}, but an earlier attempt may have been applied ({first})"))
+            }
+            _ => last,
+        }
+    }
+}
+
 impl<T: EventSourced> EventSourcedHandle<T> {
     /// Sends a command to entity `id` until it answers, as `policy` says, with one request id
     /// for every attempt: the command is applied at most once, however many attempts it takes.
@@ -83,30 +128,18 @@ impl<T: EventSourced> EventSourcedHandle<T> {
     {
         let request_id = fresh_request_id();
         let mut retry = 0;
-        // The first failure that left its attempt's outcome open: a later attempt that says
-        // "not processed" says nothing about that one, which may have been applied.
-        let mut open: Option<String> = None;
+        let mut attempts = Attempts::default();
         loop {
             let msg = Persist { request_id: Some(request_id.clone()), command: command.clone() };
             let attempt = self.ask_persist(id.as_ref(), msg, policy.timeout).await;
             match attempt {
                 Err(e) if RetryPolicy::retries(&e) && retry + 1 < policy.attempts.max(1) => {
                     tracing::debug!(entity = id.as_ref(), error = %e, retry, "ask failed: retried with the same request id");
-                    if e.processed() != Processed::No && open.is_none() {
-                        open = Some(e.to_string());
-                    }
+                    attempts.failed(&e);
                     tokio::time::sleep(policy.backoff(retry)).await;
                     retry += 1;
                 }
-                Err(last) if last.processed() == Processed::No => {
-                    return Err(match open {
-                        Some(first) => Error::OutcomeUnknown(format!(
-                            "{last}, but an earlier attempt may have been applied ({first})"
-                        )),
-                        None => last,
-                    })
-                }
-                other => return other,
+                other => return other.map_err(|last| attempts.verdict(last)),
             }
         }
     }
