@@ -116,7 +116,7 @@ pub struct ModelWorkload<M: Model> {
     model: Arc<M>,
     entities: Vec<String>,
     clients: usize,
-    /// Operations that ended, and those in flight by number.
+    /// Operations that ended, and those in flight by their invocation's tick.
     done: Arc<Mutex<Vec<Asked<M>>>>,
     in_flight: Arc<Mutex<BTreeMap<u64, Asked<M>>>>,
 }
@@ -169,14 +169,12 @@ impl<M: Model> Workload for ModelWorkload<M> {
     fn spawn_clients(&self, rt: &Runtime, node: Slot<M::Entity>, origin: Instant, seed: u64, answered: Answered) {
         let now_ms = move || (Instant::now() - origin).as_millis() as u64;
         let mut rng = Rng::new(seed ^ 0xC11E);
-        let next = Arc::new(AtomicU64::new(1));
         // The order in which invocations and answers happened, all on the client node's thread:
         // the paused clock gives many of them one instant, and a tie would let a stale read
         // pass as concurrent with the write it missed.
         let tick = Arc::new(AtomicU64::new(1));
         for _ in 0..self.clients {
-            let (model, entities, node, next, tick) =
-                (self.model.clone(), self.entities.clone(), node.clone(), next.clone(), tick.clone());
+            let (model, entities, node, tick) = (self.model.clone(), self.entities.clone(), node.clone(), tick.clone());
             let (done, in_flight) = (self.done.clone(), self.in_flight.clone());
             let mut rng = Rng::new(rng.next());
             rt.spawn(async move {
@@ -184,12 +182,14 @@ impl<M: Model> Workload for ModelWorkload<M> {
                     let handle = wait_for(&node).await;
                     let entity = entities[rng.below(entities.len() as u64) as usize].clone();
                     let command = model.command(&mut rng);
-                    let n = next.fetch_add(1, Ordering::Relaxed);
                     let invoke = tick.fetch_add(1, Ordering::Relaxed);
                     let op = Op { command: command.clone(), invoke, complete: u64::MAX, answer: Answer::Unknown };
-                    in_flight.lock().unwrap_or_else(|e| e.into_inner()).insert(n, Asked { entity: entity.clone(), op });
+                    in_flight
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(invoke, Asked { entity: entity.clone(), op });
                     let r = handle.ask_retrying(&entity, command.clone(), RETRIES).await;
-                    in_flight.lock().unwrap_or_else(|e| e.into_inner()).remove(&n);
+                    in_flight.lock().unwrap_or_else(|e| e.into_inner()).remove(&invoke);
                     let complete = tick.fetch_add(1, Ordering::Relaxed);
                     let op = Op { command, invoke, complete, answer: answer(r) };
                     done.lock().unwrap_or_else(|e| e.into_inner()).push(Asked { entity, op });
