@@ -164,7 +164,7 @@ impl EntityContext {
     }
 
     async fn change_reminder(&self, change: ReminderChange) -> Result<(), Error> {
-        let (Some(reminders), Some(claim)) = (&self.reminders, &self.claim) else {
+        let (Some(_), Some(claim)) = (&self.reminders, &self.claim) else {
             return Err(Error::Rejected(format!(
                 "entity type {} keeps no reminders: give its settings a journal and .reminders()",
                 self.type_key
@@ -174,24 +174,21 @@ impl EntityContext {
             Ok(()) => claim.journal().change_reminders(&self.fence(), vec![change.clone()]).await,
             Err(e) => Err(e),
         };
+        self.reminders_appended(std::slice::from_ref(&change), &stored);
         match stored {
-            Ok(()) => {
-                reminders.changed(&change);
-                Ok(())
-            }
+            Ok(()) => Ok(()),
             Err(JournalError::Failed(m)) => Err(Error::Rejected(m)),
+            // Stored or not: the schedule reads the journal again to find out.
             Err(e @ JournalError::CommitUnknown(_)) => {
-                // Stored or not: the schedule reads the journal again to find out.
-                reminders.unsure(&change);
                 Err(Error::OutcomeUnknown(format!("the reminder may or may not be stored: {e}")))
             }
             Err(e) => Err(Error::Unavailable(format!("the reminder was not stored: {e}"))),
         }
     }
 
-    /// The reminder changes of an append of this entity's events, after it: the shard's
-    /// schedule learns those committed, and reads the journal again after a commit of unknown
-    /// outcome. A refused append changed nothing.
+    /// The reminder changes of a write of this entity's (an append of its events, or `remind`),
+    /// after it: the shard's schedule learns those committed, and reads the journal again after
+    /// a commit of unknown outcome. A refused write changed nothing.
     pub(crate) fn reminders_appended<T>(&self, changes: &[ReminderChange], appended: &Result<T, JournalError>) {
         let Some(r) = &self.reminders else { return };
         for c in changes {
