@@ -89,6 +89,7 @@ cargo run --release -q -p shardline --example daemon
 cargo run --release -q -p shardline-sqlite --example cart
 cargo run --release -q -p shardline-sqlite --example reminders
 cargo run --release -q -p shardline-testkit --example testkit
+cargo run --release -q -p shardline-otlp --example traces
 echo "== demo (short run)"
 mkdir -p target
 cargo run --release -q -p shardline-cli -- demo --duration-secs 2 --entities 2000 --json target/demo-smoke.json

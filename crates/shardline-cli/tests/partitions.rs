@@ -117,8 +117,20 @@ fn split_for(
 /// Prints the lines of every node's log (and the load driver's) that tell when each decided and
 /// stopped: an overlap is read from those.
 fn print_decisions<'a>(lab: &Lab, names: impl Iterator<Item = &'a str>) {
-    let wanted =
-        ["declared down", "survives", "unreachable", "shard st", "fenced", "rejoin", "leads", "gone", "majority"];
+    let wanted = [
+        "declared down",
+        "survives",
+        "unreachable",
+        "shard st",
+        "fenced",
+        "rejoin",
+        "leads",
+        "gone",
+        "majority",
+        "serving",
+        "joined",
+        "seed",
+    ];
     for name in names.chain(["load"]) {
         let text = lab.text(name);
         let lines: Vec<&str> = text.lines().filter(|l| wanted.iter().any(|w| l.contains(w))).collect();
@@ -145,7 +157,11 @@ fn every_node_hosts(lab: &mut Lab, driver: usize, nodes: usize, name: &str, limi
         if hosts_in(&report).len() == nodes {
             return;
         }
-        assert!(start.elapsed() < limit, "{name}: not every node hosts shards: {report}");
+        if start.elapsed() >= limit {
+            let names: Vec<String> = (1..=nodes).map(|i| format!("n{i}")).collect();
+            print_decisions(lab, names.iter().map(String::as_str));
+            panic!("{name}: not every node hosts shards: {report}");
+        }
     }
 }
 

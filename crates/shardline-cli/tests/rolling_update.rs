@@ -7,8 +7,8 @@
 //! run builds it (a few minutes) into `target/previous`.
 //!
 //! What must hold: the cluster serves throughout, mixed; connections between the two builds
-//! speak version 3 and, once every node is new, version 4; every acknowledged deposit is in its
-//! account exactly once.
+//! speak version 3 and, once every node is new, the newest version (5); every acknowledged
+//! deposit is in its account exactly once.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -216,11 +216,11 @@ async fn a_cluster_of_the_previous_protocol_is_updated_one_node_at_a_time_under_
         expected.sort_unstable();
         assert_eq!(got, expected, "acct-{a}: every acknowledged deposit exactly once, nothing else");
     }
-    // The first new node spoke 3 with the nodes of the previous build, and 4 with the new ones.
+    // The first new node spoke 3 with the nodes of the previous build, and 5 with the new ones.
     let first = protocols(&nodes[0].log);
-    assert_eq!(first, vec![3, 4], "the protocols n1 of this build spoke");
+    assert_eq!(first, vec![3, 5], "the protocols n1 of this build spoke");
     let last = protocols(&nodes[2].log);
-    assert!(last.contains(&4), "n3 of this build spoke version 4: {last:?}");
+    assert!(last.contains(&5), "n3 of this build spoke version 5: {last:?}");
     // How long the cluster went without answering any deposit (reported, not asserted: timing).
     let mut answered: Vec<Duration> = acked.iter().map(|d| d.answered).collect();
     answered.sort_unstable();

@@ -279,6 +279,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         entity: shardline_core::EntityId::new("acct-1"),
         payload: vec![1, 2, 3],
         reply: Some(ReplyAddr { node: a.clone(), req_id: 9 }),
+        trace: Some(crate::trace::TraceContext { trace_id: [0x4b; 16], span_id: [0xf0; 8], flags: 1 }),
     };
     let epoch = shardline_core::Epoch { term: 3, seq: 4 };
     let mut messages = vec![

@@ -57,6 +57,7 @@ pub mod sabotage;
 #[cfg(not(feature = "sabotage"))]
 mod sabotage;
 pub(crate) mod sharding;
+pub mod trace;
 // The node-to-node transport: public only for the transport's own tests (`test-support`); what
 // applications use of it is re-exported below.
 #[cfg(feature = "test-support")]
@@ -83,6 +84,7 @@ pub use sharding::region::Hosting;
 pub use sharding::settings::IntoJournal;
 pub use shardline_core::host::PassivationPolicy;
 pub use shardline_core::{DomainEvent, EntityId, Epoch, MemberStatus, NodeId, ShardId, TypeKey};
+pub use trace::TraceContext;
 #[cfg(feature = "dev-certs")]
 pub use transport::tls::dev as dev_certs;
 pub use transport::{

@@ -1,5 +1,5 @@
 //! Layers import downward only: each module of the runtime names only the modules below it. The
-//! order (bottom first): `clock`, `error`, `format` (how stored records are versioned) ·
+//! order (bottom first): `clock`, `error`, `format` (how stored records are versioned), `trace` ·
 //! `transport` (1) · `membership` (2) · `journal` (the
 //! interface entities persist through) · `sharding` (3: regions, coordinators, shard hosts, the
 //! `Entity` contract they host) · `entity` (4: the typed API) · `cluster` (the node that wires
@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 const ORDER: &[&[&str]] = &[
-    &["clock", "driver", "error", "format", "ports", "sabotage"],
+    &["clock", "driver", "error", "format", "ports", "sabotage", "trace"],
     &["transport"],
     &["membership"],
     &["journal"],

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use shardline_core::{EntityId, Epoch, NodeId, ShardId};
 use tokio::sync::oneshot;
+use tracing::Instrument;
 
 use crate::entity::{Entity, EventSourced, EventSourcedHandle, Persistent};
 use crate::error::Error;
@@ -15,6 +16,7 @@ use crate::sharding::ask::stats as ask_stats;
 use crate::sharding::entity::Registry;
 use crate::sharding::envelope::Body;
 use crate::sharding::region::{Region, RegionDyn};
+use crate::trace::{SpanOf, TraceContext};
 
 /// The entity types registered on a node: how an entity reaches other entities (it gets this
 /// from its [`EntityContext`](crate::EntityContext), not the whole node).
@@ -141,15 +143,35 @@ impl<E: Entity> EntityRef<E> {
     /// # Cancel safety
     /// Dropping the future abandons the reply; the message may still be processed.
     pub async fn ask_timeout(&self, msg: E::Message, timeout: Duration) -> Result<E::Reply, Error> {
-        let started = ask_stats::start();
-        let r = self.ask_once(msg, timeout).await;
-        ask_stats::finish(started, &r);
-        r
+        let (trace, span) = self.call_span(true);
+        async {
+            let started = ask_stats::start();
+            let r = self.ask_once(msg, timeout, trace).await;
+            ask_stats::finish(started, &r);
+            r
+        }
+        .instrument(span)
+        .await
     }
 
-    async fn ask_once(&self, msg: E::Message, timeout: Duration) -> Result<E::Reply, Error> {
+    /// The trace context a call sends (a child of the message being handled, or a new trace),
+    /// and the caller's span ([`crate::trace`]).
+    fn call_span(&self, ask: bool) -> (TraceContext, tracing::Span) {
+        let parent = TraceContext::current();
+        let trace = parent.map_or_else(TraceContext::root, |p| p.child());
+        let of = SpanOf {
+            trace: &trace,
+            parent: parent.as_ref(),
+            node: self.region.node_id(),
+            entity_type: &self.region.type_key,
+            entity: &self.id,
+        };
+        (trace, of.call(ask))
+    }
+
+    async fn ask_once(&self, msg: E::Message, timeout: Duration, trace: TraceContext) -> Result<E::Reply, Error> {
         let (tx, rx) = oneshot::channel();
-        self.region.send_in(self.shard, &self.id, Body::Typed { msg, reply: Some(tx) })?;
+        self.region.send_in(self.shard, &self.id, Body::Typed { msg, reply: Some(tx), trace: Some(trace) })?;
         match self.region.deadlines().within(timeout, rx).await {
             Ok(Ok(r)) => r,
             // Nobody will answer: the entity panicked or its task was torn down mid-message.
@@ -161,6 +183,8 @@ impl<E: Entity> EntityRef<E> {
     /// Sends `msg` without waiting. Fails at once when the local region refuses it; after that,
     /// delivery is at most once.
     pub fn tell(&self, msg: E::Message) -> Result<(), Error> {
-        self.region.send_in(self.shard, &self.id, Body::Typed { msg, reply: None })
+        let (trace, span) = self.call_span(false);
+        let _in = span.enter();
+        self.region.send_in(self.shard, &self.id, Body::Typed { msg, reply: None, trace: Some(trace) })
     }
 }

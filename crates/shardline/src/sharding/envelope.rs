@@ -7,6 +7,7 @@ use tokio::sync::oneshot;
 use super::entity::Entity;
 use super::message::ReplyAddr;
 use crate::error::Error;
+use crate::trace::TraceContext;
 use crate::transport::Owed;
 
 pub(crate) type ReplySender<E> = oneshot::Sender<Result<<E as Entity>::Reply, Error>>;
@@ -16,10 +17,14 @@ pub(crate) enum Body<E: Entity> {
     Typed {
         msg: E::Message,
         reply: Option<ReplySender<E>>,
+        /// The caller's span ([`crate::trace`]).
+        trace: Option<TraceContext>,
     },
     Wire {
         payload: Vec<u8>,
         reply: Option<ReplyAddr>,
+        /// The caller's span, from the frame's trailer (None from a node of version 3 or 4).
+        trace: Option<TraceContext>,
         /// For an ask from another node: its reply is owed from arrival until it is queued
         /// (`Transport::owe`), so that the replies to one read's asks leave in one write.
         owed: Option<Owed>,
@@ -35,9 +40,7 @@ pub(crate) enum Body<E: Entity> {
     /// shard started here. It holds a place among the remembered entities starting at once,
     /// given back when it is dropped: once the entity has started, or when it never will. Never
     /// leaves the node.
-    Wake {
-        woken: Woken,
-    },
+    Wake { woken: Woken },
     /// A due reminder, from its shard's reminder task on this node. Never leaves the node.
     Reminder(super::reminder::Delivery),
 }

@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 use shardline_core::{DomainEvent, EntityId, NodeId, RegionMessage, ToCoordinator, ToRegion, TypeKey};
 use tracing::{debug, warn};
 
-use crate::transport::{SendError, Transport};
+use crate::trace::TraceContext;
+use crate::transport::{Payload, SendError, Transport};
 
 /// Where the reply of a remote ask goes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,6 +26,10 @@ pub struct WireEnvelope {
     pub payload: Vec<u8>,
     /// Where to reply (None for `tell`).
     pub reply: Option<ReplyAddr>,
+    /// The caller's trace: not a field of the message, the trailer of its frame (protocol 5),
+    /// so that nodes of versions 3 and 4 read the envelope they know.
+    #[serde(skip)]
+    pub trace: Option<TraceContext>,
 }
 
 /// Everything nodes say to each other once connected.
@@ -75,6 +80,27 @@ pub(crate) enum PeerMessage {
         /// The encoded reply, or the error.
         result: Result<Vec<u8>, crate::Error>,
     },
+}
+
+/// An ask or a tell, forwarded or sent back, carries its caller's trace in its frame's trailer.
+impl Payload for PeerMessage {
+    fn trace(&self) -> Option<TraceContext> {
+        match self {
+            PeerMessage::Region {
+                msg: RegionMessage::Forward { msg, .. } | RegionMessage::Bounce { msg, .. }, ..
+            } => msg.trace,
+            _ => None,
+        }
+    }
+
+    fn set_trace(&mut self, trace: TraceContext) {
+        if let PeerMessage::Region {
+            msg: RegionMessage::Forward { msg, .. } | RegionMessage::Bounce { msg, .. }, ..
+        } = self
+        {
+            msg.trace = Some(trace);
+        }
+    }
 }
 
 /// The node's transport, carrying [`PeerMessage`]s.

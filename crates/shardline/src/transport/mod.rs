@@ -340,11 +340,11 @@ impl<M: Payload> Transport<M> {
     /// short-lived connection. Returns the node that answered.
     pub async fn send_to_address(&self, addr: SocketAddr, msg: M) -> Result<NodeId, TransportError> {
         let timeout = self.shared.config.connect_timeout;
-        let (mut stream, node) = tokio::time::timeout(timeout, dial(addr, None, &self.shared))
+        let (mut stream, node, _) = tokio::time::timeout(timeout, dial(addr, None, &self.shared))
             .await
             .map_err(|_| TransportError::HandshakeTimeout)??;
         let mut buf = Vec::new();
-        wire::append_message(&msg, &mut buf, self.shared.config.max_frame)?;
+        wire::append_message(&msg, None, &mut buf, self.shared.config.max_frame)?;
         stream.write_all(&buf).await?;
         stream.flush().await?;
         // TLS: say goodbye, so that the peer reads the message rather than a truncated stream.
@@ -357,7 +357,7 @@ impl<M: Payload> Transport<M> {
     /// the host answered that nothing listens there.
     pub async fn identify(&self, addr: SocketAddr) -> Result<NodeId, TransportError> {
         let timeout = self.shared.config.connect_timeout;
-        let (mut stream, node) = tokio::time::timeout(timeout, dial(addr, None, &self.shared))
+        let (mut stream, node, _) = tokio::time::timeout(timeout, dial(addr, None, &self.shared))
             .await
             .map_err(|_| TransportError::HandshakeTimeout)??;
         let _ = stream.shutdown().await;
@@ -370,7 +370,7 @@ pub(crate) async fn dial<M: Payload>(
     addr: SocketAddr,
     expect: Option<&NodeId>,
     shared: &Shared<M>,
-) -> Result<(Link, NodeId), TransportError> {
+) -> Result<(Link, NodeId, u32), TransportError> {
     let mut stream = match &shared.network {
         None => {
             let tcp = TcpStream::connect(addr).await?;
@@ -394,7 +394,7 @@ pub(crate) async fn dial<M: Payload>(
     match handshake::accept_answer(answer, expect, |name| stream.check_peer(name)) {
         Ok((node, protocol)) => {
             debug!(%addr, peer = %node, protocol, "connected");
-            Ok((stream, node))
+            Ok((stream, node, protocol))
         }
         Err(e @ TransportError::NotCertified { .. }) => {
             warn!(%addr, error = %e, "refusing connection");
@@ -515,7 +515,7 @@ mod tests {
     async fn frames_are_read_whole_in_steps_and_a_cut_one_is_an_error() {
         let big = vec![7u8; 200 * 1024 + 3];
         let mut buf = Vec::new();
-        wire::append_message(&big, &mut buf, DEFAULT_MAX_FRAME).unwrap();
+        wire::append_message(&big, None, &mut buf, DEFAULT_MAX_FRAME).unwrap();
         match read_frame::<Vec<u8>, _>(&mut buf.as_slice(), DEFAULT_MAX_FRAME).await.unwrap() {
             Wire::Message(m) => assert_eq!(m, big),
             other => panic!("{}", other.kind()),

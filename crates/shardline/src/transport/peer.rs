@@ -76,11 +76,11 @@ async fn run<M: Payload>(node: NodeId, addr: SocketAddr, shared: Arc<Shared<M>>,
     let Some(mut first) = rx.recv().await else { return };
     loop {
         let attempt = tokio::time::timeout(shared.config.connect_timeout, dial(addr, Some(&node), &shared)).await;
-        let mut stream = match attempt {
-            Ok(Ok((s, _))) => {
+        let (mut stream, protocol) = match attempt {
+            Ok(Ok((s, _, protocol))) => {
                 backoff = shared.config.backoff_initial;
-                debug!(peer = %node, %addr, "connected");
-                s
+                debug!(peer = %node, %addr, protocol, "connected");
+                (s, protocol)
             }
             failed => {
                 let error = match failed {
@@ -111,15 +111,16 @@ async fn run<M: Payload>(node: NodeId, addr: SocketAddr, shared: Arc<Shared<M>>,
             };
             buf.clear();
             let max = shared.config.max_frame;
-            if let Err(e) = wire::append_message(&frame, &mut buf, max) {
+            let traces = protocol >= wire::TRAILER_PROTOCOL;
+            if let Err(e) = append(&frame, traces, &mut buf, max) {
                 unsendable(&node, &shared, frame, e);
                 continue;
             }
-            if gather(&node, &shared, &mut rx, &mut buf) == 0 && shared.owes() {
+            if gather(&node, &shared, &mut rx, &mut buf, traces) == 0 && shared.owes() {
                 // Tasks about to queue more (the other replies to one read's asks) are ready to
                 // run: let them, once, so that they leave with this frame.
                 tokio::task::yield_now().await;
-                gather(&node, &shared, &mut rx, &mut buf);
+                gather(&node, &shared, &mut rx, &mut buf, traces);
             }
             if let Err(e) = stream.write_all(&buf).await {
                 break e;
@@ -142,13 +143,26 @@ async fn run<M: Payload>(node: NodeId, addr: SocketAddr, shared: Arc<Shared<M>>,
     }
 }
 
+/// Appends one message's frame to `buf`, with its trace in the trailer when the connection
+/// `traces` (speaks protocol 5 or later).
+fn append<M: Payload>(frame: &M, traces: bool, buf: &mut Vec<u8>, max: usize) -> Result<(), super::TransportError> {
+    let trace = frame.trace().filter(|_| traces);
+    wire::append_message(frame, trace.as_ref(), buf, max)
+}
+
 /// Appends what is queued to `buf`, up to a write's worth; returns how many frames it took.
-fn gather<M: Payload>(node: &NodeId, shared: &Shared<M>, rx: &mut mpsc::Receiver<M>, buf: &mut Vec<u8>) -> usize {
+fn gather<M: Payload>(
+    node: &NodeId,
+    shared: &Shared<M>,
+    rx: &mut mpsc::Receiver<M>,
+    buf: &mut Vec<u8>,
+    traces: bool,
+) -> usize {
     let mut taken = 0;
     while buf.len() < 256 * 1024 {
         let Ok(f) = rx.try_recv() else { break };
         taken += 1;
-        if let Err(e) = wire::append_message(&f, buf, shared.config.max_frame) {
+        if let Err(e) = append(&f, traces, buf, shared.config.max_frame) {
             unsendable(node, shared, f, e);
         }
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use shardline_core::host::{AfterMarker, HostConfig, Marker, Unleased};
 use shardline_core::EntityId;
 use tokio::sync::mpsc;
-use tracing::{debug, warn};
+use tracing::{debug, warn, Instrument};
 
 use super::ShardHost;
 use crate::sharding::entity::{Entity, EntityContext};
@@ -16,6 +16,7 @@ use crate::sharding::envelope::{Body, ReplySender};
 use crate::sharding::message::{send_reply, ReplyAddr};
 use crate::sharding::node::Node;
 use crate::sharding::refusal::{refuse, Refusal};
+use crate::trace::{SpanOf, TraceContext};
 
 /// Where the reply to the message being handled goes. Held by the task's guard while the handler
 /// runs, so that if it panics the asker hears so only after the entity is forgotten: a retry then
@@ -68,20 +69,22 @@ async fn process<E: Entity>(
         return;
     }
     match body {
-        Body::Typed { msg, reply } => {
+        Body::Typed { msg, reply, trace } => {
             *in_flight = reply.map(InFlight::Local);
-            let r = state.handle(ctx, msg).await;
+            let (here, span) = handling(node, ctx, trace);
+            let r = here.scope(state.handle(ctx, msg)).instrument(span).await;
             if let Some(InFlight::Local(tx)) = in_flight.take() {
                 let _ = tx.send(Ok(r));
             }
         }
-        Body::Wire { payload, reply, owed } => {
+        Body::Wire { payload, reply, owed, trace } => {
             // Owed until the reply is queued, at the end of this arm.
             let _owed = owed;
             *in_flight = reply.map(InFlight::Remote);
             let result = match postcard::from_bytes::<E::Message>(&payload) {
                 Ok(msg) => {
-                    let r = state.handle(ctx, msg).await;
+                    let (here, span) = handling(node, ctx, trace);
+                    let r = here.scope(state.handle(ctx, msg)).instrument(span).await;
                     postcard::to_allocvec(&r).map_err(|e| Refusal::ReplyUnencodable(e.to_string()).error())
                 }
                 Err(e) => Err(Refusal::Undecodable(&ctx.id, e.to_string()).error()),
@@ -94,7 +97,9 @@ async fn process<E: Entity>(
         Body::Wake { woken } => drop(woken),
         Body::Reminder(delivery) => {
             let name = delivery.reminder.name().to_string();
-            let handled = match state.reminded(ctx, delivery.reminder).await {
+            // A reminder starts a trace of its own: what the entity asks on is traced from it.
+            let (here, span) = handling(node, ctx, None);
+            let handled = match here.scope(state.reminded(ctx, delivery.reminder)).instrument(span).await {
                 Ok(()) => true,
                 Err(e) => {
                     warn!(entity = %ctx.id, reminder = %name, error = %e, "the entity did not handle its reminder: it fires again");
@@ -105,6 +110,15 @@ async fn process<E: Entity>(
         }
         Body::Retire | Body::Nudge => {}
     }
+}
+
+/// The context the entity handles a message in (a child of its caller's; a new trace when the
+/// message came without one, from a node of protocol 3 or 4), and its span.
+fn handling(node: &Node, ctx: &EntityContext, caller: Option<TraceContext>) -> (TraceContext, tracing::Span) {
+    let here = caller.map_or_else(TraceContext::root, |c| c.child());
+    let of =
+        SpanOf { trace: &here, parent: caller.as_ref(), node: node.id(), entity_type: &ctx.type_key, entity: &ctx.id };
+    (here, of.handle())
 }
 
 /// Cleans up after an entity task that ended abnormally: its handler panicked, or the task was

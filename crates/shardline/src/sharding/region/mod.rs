@@ -335,14 +335,20 @@ impl<E: Entity> Region<E> {
     fn to_wire(&self, msg: RegionMessage<Envelope<E>>) -> Option<RegionMessage<WireEnvelope>> {
         let conv = |env: Envelope<E>| -> Option<WireEnvelope> {
             match env.body {
-                Body::Wire { payload, reply, .. } => Some(WireEnvelope { entity: env.entity, payload, reply }),
-                Body::Typed { msg, reply } => match postcard::to_allocvec(&msg) {
+                Body::Wire { payload, reply, trace, .. } => {
+                    // A hop: this node routes on a message it did not send.
+                    if let Some(t) = &trace {
+                        debug!(target: "shardline::trace", trace_id = %t.trace_hex(), parent_id = %t.span_hex(), node = %self.node.id(), entity_type = %self.type_key, entity = %env.entity, "routed on");
+                    }
+                    Some(WireEnvelope { entity: env.entity, payload, reply, trace })
+                }
+                Body::Typed { msg, reply, trace } => match postcard::to_allocvec(&msg) {
                     Ok(payload) => {
                         let reply = reply.map(|tx| ReplyAddr {
                             node: self.node.id().clone(),
                             req_id: self.node.pending().register(tx),
                         });
-                        Some(WireEnvelope { entity: env.entity, payload, reply })
+                        Some(WireEnvelope { entity: env.entity, payload, reply, trace })
                     }
                     Err(e) => {
                         if let Some(tx) = reply {
@@ -400,6 +406,11 @@ impl<E: Entity> Region<E> {
         }
     }
 
+    /// This node's id.
+    pub fn node_id(&self) -> &NodeId {
+        self.node.id()
+    }
+
     pub fn default_ask_timeout(&self) -> Duration {
         self.settings.ask_timeout
     }
@@ -416,7 +427,7 @@ impl<E: Entity> Region<E> {
 fn from_wire<E: Entity>(msg: RegionMessage<WireEnvelope>, owe: Option<&Node>) -> RegionMessage<Envelope<E>> {
     let conv = |w: WireEnvelope, owe: Option<&Node>| {
         let owed = owe.filter(|_| w.reply.is_some()).map(|n| n.transport().owe());
-        Envelope { entity: w.entity, body: Body::Wire { payload: w.payload, reply: w.reply, owed } }
+        Envelope { entity: w.entity, body: Body::Wire { payload: w.payload, reply: w.reply, owed, trace: w.trace } }
     };
     match msg {
         RegionMessage::Forward { shard, epoch, seq, stream, position, msg } => {

@@ -1,0 +1,284 @@
+//! Traces across nodes: the context an ask or a tell carries from its caller to the entity that
+//! handles it, through every node that routes it on the way.
+//!
+//! A [`TraceContext`] is a W3C trace context (a 16-byte trace id, the 8-byte id of the span that
+//! sent the message, a sampled flag). The caller's `ask` or `tell` opens a span of its own and
+//! sends its context with the message: in the frame's trailer when the message leaves the node
+//! (protocol 5; see [`transport::wire`](crate::transport::wire)), beside it when it stays. The
+//! node that handles the message opens the entity's span as a child of the caller's, and the
+//! entity's own asks and tells, made while it handles the message, are children of that span in
+//! turn. So one trace id runs from the first caller through every entity its request reaches, on
+//! whatever nodes they live.
+//!
+//! The spans are `tracing` spans of the target `shardline::trace`, at the debug level: off, and
+//! next to free, unless a subscriber asks for them (`RUST_LOG=shardline::trace=debug`). Each
+//! carries `trace_id` and `span_id` (and `parent_id` where there is one) as fields, so a log of
+//! several nodes is read by its trace id. The ids are drawn here, not by an OpenTelemetry SDK:
+//! an application that exports its spans keeps its own ids inside a node, and joins them across
+//! nodes by these fields.
+//!
+//! # Example
+//! ```
+//! use shardline::TraceContext;
+//!
+//! let root = TraceContext::root();
+//! let child = root.child();
+//! assert_eq!(child.trace_id, root.trace_id);
+//! assert_ne!(child.span_id, root.span_id);
+//! let header = child.traceparent();
+//! assert_eq!(TraceContext::from_traceparent(&header), Ok(child));
+//! ```
+
+use std::cell::Cell;
+use std::fmt;
+use std::future::Future;
+
+use serde::{Deserialize, Serialize};
+
+/// Where a message's trace stands: its trace, and the span that sent it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TraceContext {
+    /// The trace: the same from the first caller to the last entity. Never all zeros.
+    pub trace_id: [u8; 16],
+    /// The span that sent the message (the caller's, or the entity's that asked on). Never all
+    /// zeros.
+    pub span_id: [u8; 8],
+    /// W3C trace flags; bit 0 says the trace is sampled.
+    pub flags: u8,
+}
+
+/// A `traceparent` header that is not one (W3C Trace Context, version 00).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("not a traceparent header ({0}): {1:?}")]
+pub struct TraceParentError(&'static str, String);
+
+tokio::task_local! {
+    /// The span an entity task is handling a message in: asks and tells made in it are its
+    /// children.
+    static CURRENT: TraceContext;
+}
+
+thread_local! {
+    /// xorshift64* state, seeded per thread from the std hasher's random keys: ids need to be
+    /// unique, not unpredictable, and drawing one must cost nothing next to a message.
+    static RNG: Cell<u64> = Cell::new(seed());
+}
+
+fn seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0x5eed);
+    h.finish() | 1
+}
+
+fn next_u64() -> u64 {
+    RNG.with(|s| {
+        let mut x = s.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        s.set(x);
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    })
+}
+
+/// A nonzero id (W3C: all zeros is invalid).
+fn span_id() -> [u8; 8] {
+    loop {
+        let id = next_u64();
+        if id != 0 {
+            return id.to_be_bytes();
+        }
+    }
+}
+
+impl TraceContext {
+    /// A new trace, sampled.
+    pub fn root() -> TraceContext {
+        let mut trace_id = [0; 16];
+        trace_id[..8].copy_from_slice(&span_id());
+        trace_id[8..].copy_from_slice(&next_u64().to_be_bytes());
+        TraceContext { trace_id, span_id: span_id(), flags: 1 }
+    }
+
+    /// A span of the same trace under this one: its id is new, the trace and flags are kept.
+    pub fn child(&self) -> TraceContext {
+        TraceContext { span_id: span_id(), ..*self }
+    }
+
+    /// The context of the message the current entity task is handling, if any.
+    pub fn current() -> Option<TraceContext> {
+        CURRENT.try_with(|c| *c).ok()
+    }
+
+    /// The context a new call takes: a child of the message being handled, or a new trace.
+    pub fn for_call() -> TraceContext {
+        TraceContext::current().map_or_else(TraceContext::root, |c| c.child())
+    }
+
+    /// Runs `f` with this context as [`current`](Self::current): what it asks and tells are
+    /// children of this span.
+    pub async fn scope<F: Future>(self, f: F) -> F::Output {
+        CURRENT.scope(self, f).await
+    }
+
+    /// Whether the trace is sampled (flag bit 0).
+    pub fn sampled(&self) -> bool {
+        self.flags & 1 == 1
+    }
+
+    /// The trace id in lowercase hex (32 digits), as logs and exporters show it.
+    pub fn trace_hex(&self) -> Hex<'_> {
+        Hex(&self.trace_id)
+    }
+
+    /// The span id in lowercase hex (16 digits).
+    pub fn span_hex(&self) -> Hex<'_> {
+        Hex(&self.span_id)
+    }
+
+    /// The W3C `traceparent` header: `00-{trace id}-{span id}-{flags}`, to hand the trace to an
+    /// HTTP or gRPC call, or to an OpenTelemetry SDK's propagator.
+    pub fn traceparent(&self) -> String {
+        format!("00-{}-{}-{:02x}", self.trace_hex(), self.span_hex(), self.flags)
+    }
+
+    /// Reads a W3C `traceparent` header of version 00: to continue a trace that an HTTP
+    /// request brought in (run the handler in [`scope`](Self::scope)).
+    pub fn from_traceparent(header: &str) -> Result<TraceContext, TraceParentError> {
+        let bad = |why| TraceParentError(why, header.to_string());
+        let parts: Vec<&str> = header.trim().split('-').collect();
+        let [version, trace, span, flags] = parts[..] else { return Err(bad("not four fields")) };
+        if version != "00" {
+            return Err(bad("not version 00"));
+        }
+        let mut ctx = TraceContext { trace_id: [0; 16], span_id: [0; 8], flags: 0 };
+        unhex(trace, &mut ctx.trace_id).ok_or_else(|| bad("trace id is not 32 hex digits"))?;
+        unhex(span, &mut ctx.span_id).ok_or_else(|| bad("span id is not 16 hex digits"))?;
+        let mut f = [0u8; 1];
+        unhex(flags, &mut f).ok_or_else(|| bad("flags are not 2 hex digits"))?;
+        ctx.flags = f[0];
+        if ctx.trace_id == [0; 16] || ctx.span_id == [0; 8] {
+            return Err(bad("an id of all zeros"));
+        }
+        Ok(ctx)
+    }
+}
+
+/// Where a span stands in its trace, and what it is about: its fields.
+pub(crate) struct SpanOf<'a> {
+    /// The span's own context.
+    pub trace: &'a TraceContext,
+    /// The span it is a child of, if any.
+    pub parent: Option<&'a TraceContext>,
+    pub node: &'a dyn fmt::Display,
+    pub entity_type: &'a dyn fmt::Display,
+    pub entity: &'a dyn fmt::Display,
+}
+
+impl SpanOf<'_> {
+    /// The caller's span of an ask (`ask`) or a tell (`tell`).
+    pub fn call(&self, ask: bool) -> tracing::Span {
+        let span = if ask {
+            tracing::debug_span!(target: "shardline::trace", "ask", trace_id = %self.trace.trace_hex(), span_id = %self.trace.span_hex(), parent_id = tracing::field::Empty, node = %self.node, entity_type = %self.entity_type, entity = %self.entity)
+        } else {
+            tracing::debug_span!(target: "shardline::trace", "tell", trace_id = %self.trace.trace_hex(), span_id = %self.trace.span_hex(), parent_id = tracing::field::Empty, node = %self.node, entity_type = %self.entity_type, entity = %self.entity)
+        };
+        self.parented(span)
+    }
+
+    /// The span of the entity handling a message (`handle`).
+    pub fn handle(&self) -> tracing::Span {
+        let span = tracing::debug_span!(target: "shardline::trace", "handle", trace_id = %self.trace.trace_hex(), span_id = %self.trace.span_hex(), parent_id = tracing::field::Empty, node = %self.node, entity_type = %self.entity_type, entity = %self.entity);
+        self.parented(span)
+    }
+
+    fn parented(&self, span: tracing::Span) -> tracing::Span {
+        if let Some(p) = self.parent {
+            span.record("parent_id", tracing::field::display(p.span_hex()));
+        }
+        span
+    }
+}
+
+/// Decodes lowercase or uppercase hex of exactly `out.len()` bytes.
+fn unhex(s: &str, out: &mut [u8]) -> Option<()> {
+    let b = s.as_bytes();
+    if b.len() != out.len() * 2 {
+        return None;
+    }
+    for (i, o) in out.iter_mut().enumerate() {
+        let digit = |c: u8| (c as char).to_digit(16);
+        *o = (digit(b[2 * i])? * 16 + digit(b[2 * i + 1])?) as u8;
+    }
+    Some(())
+}
+
+/// Bytes shown as lowercase hex.
+pub struct Hex<'a>(&'a [u8]);
+
+impl fmt::Display for Hex<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl fmt::Display for TraceContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.trace_hex(), self.span_hex())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_never_zero_and_differ() {
+        let a = TraceContext::root();
+        let b = TraceContext::root();
+        assert_ne!(a.trace_id, b.trace_id);
+        assert_ne!(a.trace_id, [0; 16]);
+        assert_ne!(a.span_id, [0; 8]);
+        assert!(a.sampled());
+    }
+
+    #[test]
+    fn traceparent_round_trips_and_refuses_what_is_not_one() {
+        let c = TraceContext::root().child();
+        let h = c.traceparent();
+        assert_eq!(h.len(), 55, "{h}");
+        assert_eq!(TraceContext::from_traceparent(&h), Ok(c));
+        assert_eq!(TraceContext::from_traceparent(&h.to_uppercase()), Ok(c));
+        let w3c = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let parsed = TraceContext::from_traceparent(w3c).unwrap();
+        assert_eq!(parsed.traceparent(), w3c);
+        for bad in [
+            "",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902bg-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+        ] {
+            assert!(TraceContext::from_traceparent(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_in_a_scope_is_its_child() {
+        assert_eq!(TraceContext::current(), None);
+        let outer = TraceContext::root();
+        let inner = outer
+            .scope(async {
+                assert_eq!(TraceContext::current(), Some(outer));
+                TraceContext::for_call()
+            })
+            .await;
+        assert_eq!(inner.trace_id, outer.trace_id);
+        assert_ne!(inner.span_id, outer.span_id);
+        assert_ne!(TraceContext::for_call().trace_id, outer.trace_id);
+    }
+}
