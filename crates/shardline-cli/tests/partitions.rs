@@ -130,11 +130,20 @@ fn print_decisions<'a>(lab: &Lab, names: impl Iterator<Item = &'a str>) {
         "serving",
         "joined",
         "seed",
+        "HandOffTimedOut",
+        "RebalancingCompleted",
+        "NodeJoined",
+        "downs the members",
+        "no majority",
+        "kept changing",
+        "cannot reach peer",
     ];
     for name in names.chain(["load"]) {
         let text = lab.text(name);
         let lines: Vec<&str> = text.lines().filter(|l| wanted.iter().any(|w| l.contains(w))).collect();
-        eprintln!("--- {name}\n{}", lines.join("\n"));
+        // The last lines: what a node decided most recently is what a failure turns on.
+        let last = &lines[lines.len().saturating_sub(80)..];
+        eprintln!("--- {name} ({} of {} lines)\n{}", last.len(), lines.len(), last.join("\n"));
     }
 }
 

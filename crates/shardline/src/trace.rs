@@ -10,8 +10,10 @@
 //! turn. So one trace id runs from the first caller through every entity its request reaches, on
 //! whatever nodes they live.
 //!
-//! The spans are `tracing` spans of the target `shardline::trace`, at the debug level: off, and
-//! next to free, unless a subscriber asks for them (`RUST_LOG=shardline::trace=debug`). Each
+//! The spans are `tracing` spans of the target `shardline::trace`, at the debug level: off unless
+//! a subscriber asks for them (`RUST_LOG=shardline::trace=debug`, or an exporter's filter). A
+//! node whose subscribers do not want them sends no context and opens no spans, at the cost of
+//! one cached check per message; a trace that reaches it goes on from there as a new one. Each
 //! carries `trace_id` and `span_id` (and `parent_id` where there is one) as fields, so a log of
 //! several nodes is read by its trace id. The ids are drawn here, not by an OpenTelemetry SDK:
 //! an application that exports its spans keeps its own ids inside a node, and joins them across
@@ -163,6 +165,14 @@ impl TraceContext {
         }
         Ok(ctx)
     }
+}
+
+/// Whether this node traces: some subscriber wants the spans of `shardline::trace`. When none
+/// does, asks and tells carry no context and open no spans, so tracing off costs one cached
+/// check per message (a trace that reaches a node that does not trace goes on from there as a
+/// new one).
+pub(crate) fn tracing_on() -> bool {
+    tracing::enabled!(target: "shardline::trace", tracing::Level::DEBUG)
 }
 
 /// Where a span stands in its trace, and what it is about: its fields.

@@ -16,7 +16,7 @@ use crate::sharding::ask::stats as ask_stats;
 use crate::sharding::entity::Registry;
 use crate::sharding::envelope::Body;
 use crate::sharding::region::{Region, RegionDyn};
-use crate::trace::{SpanOf, TraceContext};
+use crate::trace::{tracing_on, SpanOf, TraceContext};
 
 /// The entity types registered on a node: how an entity reaches other entities (it gets this
 /// from its [`EntityContext`](crate::EntityContext), not the whole node).
@@ -143,20 +143,24 @@ impl<E: Entity> EntityRef<E> {
     /// # Cancel safety
     /// Dropping the future abandons the reply; the message may still be processed.
     pub async fn ask_timeout(&self, msg: E::Message, timeout: Duration) -> Result<E::Reply, Error> {
-        let (trace, span) = self.call_span(true);
-        async {
+        let ask = async |trace| {
             let started = ask_stats::start();
             let r = self.ask_once(msg, timeout, trace).await;
             ask_stats::finish(started, &r);
             r
+        };
+        match self.call_span(true) {
+            Some((trace, span)) => ask(Some(Box::new(trace))).instrument(span).await,
+            None => ask(None).await,
         }
-        .instrument(span)
-        .await
     }
 
     /// The trace context a call sends (a child of the message being handled, or a new trace),
-    /// and the caller's span ([`crate::trace`]).
-    fn call_span(&self, ask: bool) -> (TraceContext, tracing::Span) {
+    /// and the caller's span ([`crate::trace`]); None when this node does not trace.
+    fn call_span(&self, ask: bool) -> Option<(TraceContext, tracing::Span)> {
+        if !tracing_on() {
+            return None;
+        }
         let parent = TraceContext::current();
         let trace = parent.map_or_else(TraceContext::root, |p| p.child());
         let of = SpanOf {
@@ -166,12 +170,17 @@ impl<E: Entity> EntityRef<E> {
             entity_type: &self.region.type_key,
             entity: &self.id,
         };
-        (trace, of.call(ask))
+        Some((trace, of.call(ask)))
     }
 
-    async fn ask_once(&self, msg: E::Message, timeout: Duration, trace: TraceContext) -> Result<E::Reply, Error> {
+    async fn ask_once(
+        &self,
+        msg: E::Message,
+        timeout: Duration,
+        trace: Option<Box<TraceContext>>,
+    ) -> Result<E::Reply, Error> {
         let (tx, rx) = oneshot::channel();
-        self.region.send_in(self.shard, &self.id, Body::Typed { msg, reply: Some(tx), trace: Some(trace) })?;
+        self.region.send_in(self.shard, &self.id, Body::Typed { msg, reply: Some(tx), trace })?;
         match self.region.deadlines().within(timeout, rx).await {
             Ok(Ok(r)) => r,
             // Nobody will answer: the entity panicked or its task was torn down mid-message.
@@ -183,8 +192,10 @@ impl<E: Entity> EntityRef<E> {
     /// Sends `msg` without waiting. Fails at once when the local region refuses it; after that,
     /// delivery is at most once.
     pub fn tell(&self, msg: E::Message) -> Result<(), Error> {
-        let (trace, span) = self.call_span(false);
+        let Some((trace, span)) = self.call_span(false) else {
+            return self.region.send_in(self.shard, &self.id, Body::Typed { msg, reply: None, trace: None });
+        };
         let _in = span.enter();
-        self.region.send_in(self.shard, &self.id, Body::Typed { msg, reply: None, trace: Some(trace) })
+        self.region.send_in(self.shard, &self.id, Body::Typed { msg, reply: None, trace: Some(Box::new(trace)) })
     }
 }

@@ -17,14 +17,15 @@ pub(crate) enum Body<E: Entity> {
     Typed {
         msg: E::Message,
         reply: Option<ReplySender<E>>,
-        /// The caller's span ([`crate::trace`]).
-        trace: Option<TraceContext>,
+        /// The caller's span ([`crate::trace`]). Boxed: a node that does not trace sends none,
+        /// and a mailbox's every slot is as large as its largest body.
+        trace: Option<Box<TraceContext>>,
     },
     Wire {
         payload: Vec<u8>,
         reply: Option<ReplyAddr>,
         /// The caller's span, from the frame's trailer (None from a node of version 3 or 4).
-        trace: Option<TraceContext>,
+        trace: Option<Box<TraceContext>>,
         /// For an ask from another node: its reply is owed from arrival until it is queued
         /// (`Transport::owe`), so that the replies to one read's asks leave in one write.
         owed: Option<Owed>,

@@ -340,7 +340,7 @@ impl<E: Entity> Region<E> {
                     if let Some(t) = &trace {
                         debug!(target: "shardline::trace", trace_id = %t.trace_hex(), parent_id = %t.span_hex(), node = %self.node.id(), entity_type = %self.type_key, entity = %env.entity, "routed on");
                     }
-                    Some(WireEnvelope { entity: env.entity, payload, reply, trace })
+                    Some(WireEnvelope { entity: env.entity, payload, reply, trace: trace.map(|t| *t) })
                 }
                 Body::Typed { msg, reply, trace } => match postcard::to_allocvec(&msg) {
                     Ok(payload) => {
@@ -348,7 +348,7 @@ impl<E: Entity> Region<E> {
                             node: self.node.id().clone(),
                             req_id: self.node.pending().register(tx),
                         });
-                        Some(WireEnvelope { entity: env.entity, payload, reply, trace })
+                        Some(WireEnvelope { entity: env.entity, payload, reply, trace: trace.map(|t| *t) })
                     }
                     Err(e) => {
                         if let Some(tx) = reply {
@@ -427,7 +427,10 @@ impl<E: Entity> Region<E> {
 fn from_wire<E: Entity>(msg: RegionMessage<WireEnvelope>, owe: Option<&Node>) -> RegionMessage<Envelope<E>> {
     let conv = |w: WireEnvelope, owe: Option<&Node>| {
         let owed = owe.filter(|_| w.reply.is_some()).map(|n| n.transport().owe());
-        Envelope { entity: w.entity, body: Body::Wire { payload: w.payload, reply: w.reply, owed, trace: w.trace } }
+        Envelope {
+            entity: w.entity,
+            body: Body::Wire { payload: w.payload, reply: w.reply, owed, trace: w.trace.map(Box::new) },
+        }
     };
     match msg {
         RegionMessage::Forward { shard, epoch, seq, stream, position, msg } => {
