@@ -275,8 +275,12 @@ fn n3_out_until_taken_over(out: Out) {
     assert_eq!(lab.wait(load, Duration::from_secs(150)), Some(0), "load:\n{}", lab.text("load"));
     let report = lab.report("load");
     assert!(audit_is_clean(&report), "{report}");
+    // n3 learns it is out either way: told it was downed, or its own hosting lease lapsed first
+    // (no majority answered it within the window), which fences it before anyone tells it. Which
+    // comes first is timing; that it processed nothing once its shards moved is the check below.
     let n3 = lab.text("n3");
-    assert!(n3.contains("this node was declared down"), "n3 learnt it was downed:\n{n3}");
+    let out_of_it = n3.contains("this node was declared down") || n3.contains("lease ran out");
+    assert!(out_of_it, "n3 learnt it was downed, or fenced itself:\n{n3}");
     for n in ["n1", "n2"] {
         assert!(!lab.text(n).contains("this node was declared down"), "{n} survived:\n{}", lab.text(n));
     }
@@ -295,7 +299,8 @@ fn n3_out_until_taken_over(out: Out) {
 }
 
 /// n3 frozen by `SIGSTOP` past its detection and the takeover of its shards, then woken: it
-/// wakes unable to process (no majority answered it within the window) and hears it was downed.
+/// wakes unable to process (no majority answered it within the window), and fences itself or
+/// hears it was downed, whichever comes first.
 #[test]
 fn gossip_at_the_defaults_a_frozen_node_processes_nothing_once_its_shards_moved() {
     n3_out_until_taken_over(Out::Frozen);

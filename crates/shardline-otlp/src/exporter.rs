@@ -64,7 +64,9 @@ impl OtlpGuard {
         self.lost.total.load(Ordering::Relaxed)
     }
 
-    /// Sends every span closed so far, waiting up to `within`.
+    /// Posts every span closed so far, waiting up to `within` (blocking the calling thread). A
+    /// batch the collector did not take is not an error here: it is logged and counted in
+    /// [`lost`](Self::lost).
     pub fn flush(&self, within: Duration) -> Result<(), OtlpError> {
         let (done, wait) = mpsc::sync_channel(1);
         let deadline = Instant::now() + within;
@@ -105,7 +107,9 @@ pub(crate) fn start(config: OtlpConfig) -> Result<(Queue, OtlpGuard), OtlpError>
     Ok((Queue { tx, lost }, guard))
 }
 
-fn run(config: OtlpConfig, rx: Receiver<Msg>, lost: Arc<Lost>) {
+fn run(mut config: OtlpConfig, rx: Receiver<Msg>, lost: Arc<Lost>) {
+    // A zero interval would turn the wait below into a spin.
+    config.interval = config.interval.max(Duration::from_millis(1));
     let mut batch: Vec<Exported> = Vec::with_capacity(config.batch);
     let mut oldest: Option<Instant> = None;
     loop {
@@ -156,12 +160,20 @@ fn send(config: &OtlpConfig, batch: &mut Vec<Exported>, lost: &Lost) {
 /// One HTTP/1.1 POST of a JSON body; Ok on a 2xx answer.
 fn post(config: &OtlpConfig, body: &[u8]) -> std::io::Result<()> {
     let other = |m: String| std::io::Error::other(m);
-    let addr = config
-        .authority
-        .to_socket_addrs()?
-        .next()
-        .ok_or_else(|| other(format!("{} resolves to no address", config.authority)))?;
-    let mut s = TcpStream::connect_timeout(&addr, config.timeout)?;
+    // Every address the name resolves to, in turn: `localhost` may be ::1 first while the
+    // collector listens on 127.0.0.1.
+    let mut failed = other(format!("{} resolves to no address", config.authority));
+    let mut connected = None;
+    for addr in config.authority.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&addr, config.timeout) {
+            Ok(s) => {
+                connected = Some(s);
+                break;
+            }
+            Err(e) => failed = e,
+        }
+    }
+    let mut s = connected.ok_or(failed)?;
     s.set_write_timeout(Some(config.timeout))?;
     s.set_read_timeout(Some(config.timeout))?;
     let head = format!(
@@ -175,7 +187,7 @@ fn post(config: &OtlpConfig, body: &[u8]) -> std::io::Result<()> {
     // The status line is all that is read: "HTTP/1.1 200 OK".
     let mut answer = Vec::new();
     let mut chunk = [0u8; 512];
-    while !answer.contains(&b'\n') {
+    while !answer.contains(&b'\n') && answer.len() < 1024 {
         let n = s.read(&mut chunk)?;
         if n == 0 {
             break;

@@ -35,6 +35,8 @@
 //! # Ok::<(), shardline_otlp::OtlpError>(())
 //! ```
 
+#![warn(missing_docs)]
+
 mod exporter;
 mod json;
 mod layer;

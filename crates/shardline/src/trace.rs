@@ -181,7 +181,9 @@ pub(crate) struct SpanOf<'a> {
     pub trace: &'a TraceContext,
     /// The span it is a child of, if any.
     pub parent: Option<&'a TraceContext>,
+    /// The node the span is on.
     pub node: &'a dyn fmt::Display,
+    /// The entity's type, and the entity, that the message is for.
     pub entity_type: &'a dyn fmt::Display,
     pub entity: &'a dyn fmt::Display,
 }

@@ -111,7 +111,7 @@ async fn run<M: Payload>(node: NodeId, addr: SocketAddr, shared: Arc<Shared<M>>,
             };
             buf.clear();
             let max = shared.config.max_frame;
-            let traces = protocol >= wire::TRAILER_PROTOCOL;
+            let traces = writes_trailers(protocol);
             if let Err(e) = append(&frame, traces, &mut buf, max) {
                 unsendable(&node, &shared, frame, e);
                 continue;
@@ -143,11 +143,23 @@ async fn run<M: Payload>(node: NodeId, addr: SocketAddr, shared: Arc<Shared<M>>,
     }
 }
 
+/// Whether a connection that agreed on `protocol` carries traces in its frames' trailers: never
+/// to a node of version 3 or 4, so that it reads exactly what it wrote.
+fn writes_trailers(protocol: u32) -> bool {
+    protocol >= wire::TRAILER_PROTOCOL
+}
+
 /// Appends one message's frame to `buf`, with its trace in the trailer when the connection
-/// `traces` (speaks protocol 5 or later).
+/// `traces` ([`writes_trailers`]). A message that fits only without its trailer goes without
+/// it: a trace is never why a message is not sent.
 fn append<M: Payload>(frame: &M, traces: bool, buf: &mut Vec<u8>, max: usize) -> Result<(), super::TransportError> {
-    let trace = frame.trace().filter(|_| traces);
-    wire::append_message(frame, trace.as_ref(), buf, max)
+    let Some(trace) = frame.trace().filter(|_| traces) else {
+        return wire::append_message(frame, None, buf, max);
+    };
+    match wire::append_message(frame, Some(&trace), buf, max) {
+        Err(super::TransportError::FrameTooLarge { .. }) => wire::append_message(frame, None, buf, max),
+        done => done,
+    }
 }
 
 /// Appends what is queued to `buf`, up to a write's worth; returns how many frames it took.
@@ -213,6 +225,33 @@ mod tests {
 
     use super::super::{read_frame, Transport, TransportConfig, Wire, PROTOCOL_VERSION};
     use super::*;
+    use crate::trace::TraceContext;
+
+    /// A message that carries a trace.
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Traced(Vec<u8>);
+
+    impl Payload for Traced {
+        fn trace(&self) -> Option<TraceContext> {
+            Some(TraceContext { trace_id: [7; 16], span_id: [8; 8], flags: 1 })
+        }
+    }
+
+    /// Versions 3 and 4 get no trailer, 5 does; a message that fits only without its trailer is
+    /// sent without it.
+    #[test]
+    fn trailers_go_only_to_nodes_of_version_5_and_never_cost_a_message() {
+        assert_eq!([3, 4, 5, 6].map(writes_trailers), [false, false, true, true]);
+        let msg = Traced(vec![1; 10]);
+        let (mut bare, mut traced) = (Vec::new(), Vec::new());
+        append(&msg, false, &mut bare, usize::MAX).unwrap();
+        append(&msg, true, &mut traced, usize::MAX).unwrap();
+        assert_eq!(traced.len(), bare.len() + 25);
+        assert_eq!(&traced[4..bare.len()], &bare[4..]);
+        let mut tight = Vec::new();
+        append(&msg, true, &mut tight, bare.len() - 4).unwrap();
+        assert_eq!(tight, bare);
+    }
 
     /// A peer that completes the handshake as `me`, then reads everything it is sent.
     async fn sink(me: NodeId) -> SocketAddr {

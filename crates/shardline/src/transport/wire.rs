@@ -120,7 +120,16 @@ impl<M: Payload> Wire<M> {
             // which this one does not read. Cut short, it is an error, not a frame without one.
             if !rest.is_empty() {
                 let (trace, _) = postcard::take_from_bytes::<TraceContext>(rest).map_err(bad)?;
-                m.set_trace(trace);
+                // W3C: an id of all zeros is no id. The message is the peer's and goes on; the
+                // context it came with is dropped, said and counted (a collector would refuse it).
+                if trace.trace_id == [0; 16] || trace.span_id == [0; 8] {
+                    tracing::warn!(
+                        "a frame's trace context has an all-zero id: the message is kept, the trace dropped"
+                    );
+                    metrics::counter!("shardline_transport_invalid_traces_total").increment(1);
+                } else {
+                    m.set_trace(trace);
+                }
             }
             return Ok(frame);
         }
@@ -298,6 +307,15 @@ mod tests {
         for cut in 1..25 {
             let err = Wire::<Traced>::decode(&frame[..frame.len() - cut]).unwrap_err();
             assert!(matches!(err, TransportError::Decode(_)), "{cut}: {err:?}");
+        }
+        // An all-zero id: the message arrives, without the trace.
+        for zero in [TraceContext { trace_id: [0; 16], ..trace }, TraceContext { span_id: [0; 8], ..trace }] {
+            let mut buf = Vec::new();
+            append_message(&msg, Some(&zero), &mut buf, usize::MAX).unwrap();
+            match Wire::<Traced>::decode(body(&buf).0).unwrap() {
+                Wire::Message(m) => assert_eq!(m, Traced("hello".into(), None)),
+                other => panic!("{}", other.kind()),
+            }
         }
     }
 }
