@@ -74,7 +74,7 @@ pub use cluster::{
 pub use entity::daemon::{DaemonContext, DaemonHandle};
 pub use entity::{
     Attempts, Entities, Entity, EntityContext, EntityHandle, EntityRef, EntitySettings, EventSourced,
-    EventSourcedHandle, EventSourcedSettings, Reminder, RequestId, RetryPolicy, StrategyKind, When,
+    EventSourcedHandle, EventSourcedSettings, Reminder, Request, RequestId, RetryPolicy, StrategyKind, When,
 };
 pub use error::{ConfigError, Error, Processed, TransportError};
 pub use journal::Journal;
@@ -84,7 +84,15 @@ pub use sharding::region::Hosting;
 pub use sharding::settings::IntoJournal;
 pub use shardline_core::host::PassivationPolicy;
 pub use shardline_core::{DomainEvent, EntityId, Epoch, MemberStatus, NodeId, ShardId, TypeKey};
+#[cfg(feature = "macros")]
+pub use shardline_macros::{commands, messages};
 pub use trace::TraceContext;
+
+/// What the macros' expansions name, so that their users need no dependency of their own.
+#[doc(hidden)]
+pub mod __private {
+    pub use serde;
+}
 #[cfg(feature = "dev-certs")]
 pub use transport::tls::dev as dev_certs;
 pub use transport::{

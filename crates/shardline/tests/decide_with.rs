@@ -93,15 +93,18 @@ async fn a_command_is_decided_after_an_ask_of_another_entity() {
         )
         .await
         .unwrap();
-    assert_eq!(orders.ask("o1", "pen".into()).await.unwrap(), Err("pen has no price".into()));
+    assert_eq!(orders.ask("o1", String::from("pen")).await.unwrap(), Err("pen has no price".into()));
     prices.ask("pen", PriceCmd::Set(3)).await.unwrap();
     prices.ask("ink", PriceCmd::Set(10)).await.unwrap();
-    assert_eq!(orders.ask("o1", "pen".into()).await.unwrap(), Ok(("o1".into(), 3)));
+    assert_eq!(orders.ask("o1", String::from("pen")).await.unwrap(), Ok(("o1".into(), 3)));
     let rid = RequestId::new("o1-ink");
-    assert_eq!(orders.ask_with_request_id("o1", "ink".into(), rid.clone()).await.unwrap(), Ok(("o1".into(), 13)));
+    assert_eq!(
+        orders.ask_with_request_id("o1", String::from("ink"), rid.clone()).await.unwrap(),
+        Ok(("o1".into(), 13))
+    );
     // The price changes; the retry of the same request is its recorded reply, not a new decision.
     prices.ask("ink", PriceCmd::Set(99)).await.unwrap();
-    assert_eq!(orders.ask_with_request_id("o1", "ink".into(), rid).await.unwrap(), Ok(("o1".into(), 13)));
-    assert_eq!(orders.ask("o1", "ink".into()).await.unwrap(), Ok(("o1".into(), 112)));
+    assert_eq!(orders.ask_with_request_id("o1", String::from("ink"), rid).await.unwrap(), Ok(("o1".into(), 13)));
+    assert_eq!(orders.ask("o1", String::from("ink")).await.unwrap(), Ok(("o1".into(), 112)));
     a.leave().await.unwrap();
 }

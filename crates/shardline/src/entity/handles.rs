@@ -10,7 +10,8 @@ use shardline_core::{EntityId, Epoch, NodeId, ShardId};
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
-use crate::entity::{Entity, EventSourced, EventSourcedHandle, Persistent};
+use crate::entity::request::answer;
+use crate::entity::{Entity, EventSourced, EventSourcedHandle, Persistent, Request};
 use crate::error::Error;
 use crate::sharding::ask::stats as ask_stats;
 use crate::sharding::entity::Registry;
@@ -132,8 +133,10 @@ impl<E: Entity> EntityRef<E> {
         &self.id
     }
 
-    /// Sends `msg` and waits for the reply, up to the type's default timeout.
-    pub async fn ask(&self, msg: E::Message) -> Result<E::Reply, Error> {
+    /// Sends `msg` and waits for the reply, up to the type's default timeout. `msg` is the
+    /// entity's message, answered with its reply, or a [`Request`] of it, answered with that
+    /// request's reply (the types [`messages`](crate::messages) writes).
+    pub async fn ask<Q: Request<E::Message, E::Reply>>(&self, msg: Q) -> Result<Q::Reply, Error> {
         self.ask_timeout(msg, self.region.default_ask_timeout()).await
     }
 
@@ -142,12 +145,17 @@ impl<E: Entity> EntityRef<E> {
     ///
     /// # Cancel safety
     /// Dropping the future abandons the reply; the message may still be processed.
-    pub async fn ask_timeout(&self, msg: E::Message, timeout: Duration) -> Result<E::Reply, Error> {
+    pub async fn ask_timeout<Q: Request<E::Message, E::Reply>>(
+        &self,
+        msg: Q,
+        timeout: Duration,
+    ) -> Result<Q::Reply, Error> {
+        let msg = msg.into_message();
         let ask = async |trace| {
             let started = ask_stats::start();
             let r = self.ask_once(msg, timeout, trace).await;
             ask_stats::finish(started, &r);
-            r
+            answer::<Q, _, _>(&self.region.type_key, r?)
         };
         match self.call_span(true) {
             Some((trace, span)) => ask(Some(Box::new(trace))).instrument(span).await,
@@ -191,7 +199,8 @@ impl<E: Entity> EntityRef<E> {
 
     /// Sends `msg` without waiting. Fails at once when the local region refuses it; after that,
     /// delivery is at most once.
-    pub fn tell(&self, msg: E::Message) -> Result<(), Error> {
+    pub fn tell<Q: Request<E::Message, E::Reply>>(&self, msg: Q) -> Result<(), Error> {
+        let msg = msg.into_message();
         let Some((trace, span)) = self.call_span(false) else {
             return self.region.send_in(self.shard, &self.id, Body::Typed { msg, reply: None, trace: None });
         };

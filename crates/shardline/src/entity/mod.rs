@@ -36,6 +36,7 @@
 pub mod daemon;
 pub mod event_sourced;
 mod handles;
+mod request;
 mod request_id;
 mod retry;
 mod schema;
@@ -45,6 +46,7 @@ pub use crate::sharding::reminder::{Reminder, When};
 pub use crate::sharding::settings::{EntitySettings, EventSourcedSettings, StrategyKind, CLOCK_SKEW_MARGIN};
 pub use event_sourced::{EventSourced, EventSourcedHandle, Persist, PersistError, Persistent, Remind};
 pub use handles::{Entities, EntityHandle, EntityRef};
+pub use request::Request;
 pub use request_id::RequestId;
 pub use retry::{Attempts, RetryPolicy};
 pub use schema::decode_old;

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::event_sourced::fresh_request_id;
-use super::{EventSourced, EventSourcedHandle, Persist};
+use super::{EventSourced, EventSourcedHandle, Persist, Request};
 use crate::error::{Error, Processed};
 
 /// How [`EventSourcedHandle::ask_retrying`] retries.
@@ -117,15 +117,16 @@ impl<T: EventSourced> EventSourcedHandle<T> {
     /// h.ask_retrying("account-7", 100, RetryPolicy::default()).await?;
     /// # Ok(()) }
     /// ```
-    pub async fn ask_retrying(
+    pub async fn ask_retrying<Q: Request<T::Command, T::Reply>>(
         &self,
         id: impl AsRef<str>,
-        command: T::Command,
+        command: Q,
         policy: RetryPolicy,
-    ) -> Result<T::Reply, Error>
+    ) -> Result<Q::Reply, Error>
     where
         T::Command: Clone,
     {
+        let command = command.into_message();
         let request_id = fresh_request_id();
         let mut retry = 0;
         let mut attempts = Attempts::default();
@@ -139,7 +140,7 @@ impl<T: EventSourced> EventSourcedHandle<T> {
                     tokio::time::sleep(policy.backoff(retry)).await;
                     retry += 1;
                 }
-                other => return other.map_err(|last| attempts.verdict(last)),
+                other => return self.answer::<Q>(other.map_err(|last| attempts.verdict(last))),
             }
         }
     }

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::{EventSourced, Persist, Persistent};
-use crate::entity::{EntityHandle, RequestId};
+use crate::entity::request::answer;
+use crate::entity::{EntityHandle, Request, RequestId};
 use crate::error::Error;
 
 /// The handle of a registered event-sourced type.
@@ -43,7 +44,14 @@ impl<T: EventSourced> EventSourcedHandle<T> {
 
     /// Sends a command to entity `id` and waits until its events are durable. The ask gets a
     /// fresh request id: the runtime's own resends (a bounce, a move) cannot apply it twice.
-    pub async fn ask(&self, id: impl AsRef<str>, command: T::Command) -> Result<T::Reply, Error> {
+    ///
+    /// `command` is the type's command, answered with its reply, or a [`Request`] of it,
+    /// answered with that request's reply (the types [`commands`](crate::commands) writes).
+    pub async fn ask<Q: Request<T::Command, T::Reply>>(
+        &self,
+        id: impl AsRef<str>,
+        command: Q,
+    ) -> Result<Q::Reply, Error> {
         self.ask_with_request_id(id, command, fresh_request_id()).await
     }
 
@@ -51,24 +59,33 @@ impl<T: EventSourced> EventSourcedHandle<T> {
     /// (after a timeout, say) applies the command at most once and returns the first reply, for
     /// as long as [`EventSourcedSettings::reply_retention`](crate::EventSourcedSettings) after
     /// the id was made ([`Error::RequestExpired`] after that).
-    pub async fn ask_with_request_id(
+    pub async fn ask_with_request_id<Q: Request<T::Command, T::Reply>>(
         &self,
         id: impl AsRef<str>,
-        command: T::Command,
+        command: Q,
         request_id: RequestId,
-    ) -> Result<T::Reply, Error> {
-        let msg = Persist { request_id: Some(request_id), command };
-        self.ask_persist(id, msg, self.inner.default_ask_timeout()).await
+    ) -> Result<Q::Reply, Error> {
+        let msg = Persist { request_id: Some(request_id), command: command.into_message() };
+        self.answer::<Q>(self.ask_persist(id, msg, self.inner.default_ask_timeout()).await)
     }
 
     /// [`ask`](Self::ask), waiting up to `timeout` instead of the type's default.
-    pub async fn ask_timeout(
+    pub async fn ask_timeout<Q: Request<T::Command, T::Reply>>(
         &self,
         id: impl AsRef<str>,
-        command: T::Command,
+        command: Q,
         timeout: Duration,
-    ) -> Result<T::Reply, Error> {
-        self.ask_persist(id, Persist { request_id: Some(fresh_request_id()), command }, timeout).await
+    ) -> Result<Q::Reply, Error> {
+        let msg = Persist { request_id: Some(fresh_request_id()), command: command.into_message() };
+        self.answer::<Q>(self.ask_persist(id, msg, timeout).await)
+    }
+
+    /// The answer to request `Q` out of a reply of the type.
+    pub(crate) fn answer<Q: Request<T::Command, T::Reply>>(
+        &self,
+        reply: Result<T::Reply, Error>,
+    ) -> Result<Q::Reply, Error> {
+        answer::<Q, _, _>(&self.inner.region.type_key, reply?)
     }
 
     /// Sends the message itself, up to `timeout`: its request id is the caller's, or None for a

@@ -1,0 +1,209 @@
+//! What the attributes write: a request type per handler, the message and reply enums that
+//! travel, the `Request` impls that pair them, the handlers as inherent methods, and the trait's
+//! dispatch (`handle` or `decide`).
+
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote};
+use syn::{ImplItem, ItemImpl, Type, Visibility};
+
+use crate::handler::{Arg, Handler};
+use crate::kind::Kind;
+
+/// Expands `#[messages(vis)]` or `#[commands(vis)]` on `item`; a compile error on misuse.
+pub fn expand(kind: &Kind, attr: TokenStream, item: TokenStream) -> TokenStream {
+    match try_expand(kind, attr, item) {
+        Ok(tokens) => tokens,
+        Err(e) => e.to_compile_error(),
+    }
+}
+
+fn try_expand(kind: &Kind, attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+    let vis: Visibility = if attr.is_empty() { syn::parse_quote!(pub) } else { syn::parse2(attr)? };
+    let mut block: ItemImpl = syn::parse2(item)?;
+    let trait_named =
+        block.trait_.as_ref().and_then(|(path, _)| path.segments.last()).is_some_and(|s| s.ident == kind.trait_name);
+    if !trait_named {
+        let what = format!("put #[{}s] on `impl {} for YourType`", kind.marker, kind.trait_name);
+        return Err(syn::Error::new_spanned(&block.self_ty, what));
+    }
+    if !block.generics.params.is_empty() {
+        let what = format!("a generic {}: write its {} and Reply types by hand", kind.trait_name, kind.message_type);
+        return Err(syn::Error::new_spanned(&block.generics, what));
+    }
+    let base = match &*block.self_ty {
+        Type::Path(p) if p.qself.is_none() => p.path.segments.last().map(|s| s.ident.clone()),
+        _ => None,
+    };
+    let Some(base) = base else {
+        return Err(syn::Error::new_spanned(&block.self_ty, "the entity must be a named type"));
+    };
+
+    let mut handlers = Vec::new();
+    let mut errors: Option<syn::Error> = None;
+    let mut kept = Vec::new();
+    for item in std::mem::take(&mut block.items) {
+        match item {
+            ImplItem::Fn(f) if f.attrs.iter().any(|a| a.path().is_ident(kind.marker)) => match Handler::read(kind, f) {
+                Ok(h) => handlers.push(h),
+                Err(e) => match &mut errors {
+                    Some(all) => all.combine(e),
+                    None => errors = Some(e),
+                },
+            },
+            ImplItem::Type(t) if t.ident == kind.message_type || t.ident == "Reply" => {
+                let what = format!("#[{}s] writes `type {}`: remove this one", kind.marker, t.ident);
+                return Err(syn::Error::new_spanned(&t.ident, what));
+            }
+            ImplItem::Fn(f) if f.sig.ident == kind.dispatch() => {
+                let what = format!(
+                    "#[{}s] writes `{}` from the #[{}] methods: remove this one",
+                    kind.marker,
+                    kind.dispatch(),
+                    kind.marker
+                );
+                return Err(syn::Error::new_spanned(&f.sig.ident, what));
+            }
+            other => kept.push(other),
+        }
+    }
+    if let Some(e) = errors {
+        return Err(e);
+    }
+    if handlers.is_empty() {
+        let what = format!("no #[{}] method: mark each handler with #[{}]", kind.marker, kind.marker);
+        return Err(syn::Error::new_spanned(&block.self_ty, what));
+    }
+    block.items = kept;
+
+    let message = format_ident!("{}{}", base, kind.message_type);
+    let reply = format_ident!("{}Reply", base);
+    let requests = handlers.iter().map(|h| request_type(&vis, h, &message, &reply));
+    let enums = enums(kind, &vis, &base, &handlers, &message, &reply);
+    let dispatch = dispatch(kind, &handlers, &message, &reply);
+    let methods = handlers.iter().map(|h| &h.method);
+    let self_ty = &block.self_ty;
+    block.items.push(syn::parse2(quote!(type Reply = #reply;))?);
+    let message_type = format_ident!("{}", kind.message_type);
+    block.items.push(syn::parse2(quote!(type #message_type = #message;))?);
+    block.items.push(syn::parse2(dispatch)?);
+    Ok(quote! {
+        #(#requests)*
+        #enums
+        impl #self_ty {
+            #(#methods)*
+        }
+        #block
+    })
+}
+
+/// The serde derive, through the runtime's own serde so that users need no dependency on it.
+fn serde() -> TokenStream {
+    quote! {
+        #[derive(::shardline::__private::serde::Serialize, ::shardline::__private::serde::Deserialize)]
+        #[serde(crate = "::shardline::__private::serde")]
+    }
+}
+
+/// One request's type and its `Request` impl.
+fn request_type(vis: &Visibility, h: &Handler, message: &syn::Ident, reply: &syn::Ident) -> TokenStream {
+    let (name, docs, answer) = (&h.request, &h.docs, &h.reply);
+    let serde = serde();
+    let body = if h.fields.is_empty() {
+        quote!(;)
+    } else {
+        let fields = h.fields.iter().map(|(f, ty)| quote!(#vis #f: #ty));
+        quote!({ #(#fields),* })
+    };
+    quote! {
+        #(#docs)*
+        #serde
+        #[derive(Debug, Clone)]
+        #vis struct #name #body
+
+        impl ::shardline::Request<#message, #reply> for #name {
+            type Reply = #answer;
+            fn into_message(self) -> #message {
+                #message::#name(self)
+            }
+            #[allow(unreachable_patterns)]
+            fn from_reply(reply: #reply) -> ::core::result::Result<#answer, #reply> {
+                match reply {
+                    #reply::#name(answer) => ::core::result::Result::Ok(answer),
+                    other => ::core::result::Result::Err(other),
+                }
+            }
+        }
+    }
+}
+
+/// The message and reply enums, a variant per handler in the order written.
+fn enums(
+    kind: &Kind,
+    vis: &Visibility,
+    base: &syn::Ident,
+    handlers: &[Handler],
+    message: &syn::Ident,
+    reply: &syn::Ident,
+) -> TokenStream {
+    let serde = serde();
+    let names: Vec<_> = handlers.iter().map(|h| &h.request).collect();
+    let answers = handlers.iter().map(|h| &h.reply);
+    let message_doc = format!(
+        "The {}s of [`{base}`], one variant per request, in the order the handlers are written \
+         (the encoding numbers them: add new ones last). Written by `#[{}s]`.",
+        kind.marker, kind.marker
+    );
+    let reply_doc = format!("The replies of [`{base}`], a variant per request. Written by `#[{}s]`.", kind.marker);
+    quote! {
+        #[doc = #message_doc]
+        #serde
+        #[derive(Debug, Clone)]
+        #vis enum #message {
+            #(#[allow(missing_docs)] #names(#names)),*
+        }
+
+        #[doc = #reply_doc]
+        #serde
+        #vis enum #reply {
+            #(#[allow(missing_docs)] #names(#answers)),*
+        }
+    }
+}
+
+/// `handle` (messages) or `decide` (commands): each request to its method.
+fn dispatch(kind: &Kind, handlers: &[Handler], message: &syn::Ident, reply: &syn::Ident) -> TokenStream {
+    let arms = handlers.iter().map(|h| {
+        let name = &h.request;
+        let method = &h.method.sig.ident;
+        let fields = h.fields.iter().map(|(f, _)| f);
+        let args = h.args.iter().map(|a| match a {
+            Arg::Field(f) => quote!(#f),
+            Arg::Context => quote!(__shardline_ctx),
+        });
+        let call = quote!(Self::#method(self, #(#args),*));
+        let call = if h.method.sig.asyncness.is_some() { quote!(#call.await) } else { call };
+        let pattern = if h.fields.is_empty() { quote!(#name) } else { quote!(#name { #(#fields),* }) };
+        if kind.context_allowed {
+            quote!(#message::#name(#pattern) => #reply::#name(#call))
+        } else {
+            quote!(#message::#name(#pattern) => {
+                let (events, answer) = #call;
+                (events, #reply::#name(answer))
+            })
+        }
+    });
+    if kind.context_allowed {
+        quote! {
+            #[allow(unused_variables)]
+            async fn handle(&mut self, __shardline_ctx: &mut ::shardline::EntityContext, __shardline_msg: #message) -> #reply {
+                match __shardline_msg { #(#arms),* }
+            }
+        }
+    } else {
+        quote! {
+            fn decide(&self, __shardline_command: #message) -> (::std::vec::Vec<<Self as ::shardline::EventSourced>::Event>, #reply) {
+                match __shardline_command { #(#arms),* }
+            }
+        }
+    }
+}
