@@ -207,3 +207,133 @@ fn dispatch(kind: &Kind, handlers: &[Handler], message: &syn::Ident, reply: &syn
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kind::{COMMANDS, MESSAGES};
+
+    /// The compile error `item` expands to under `kind` (empty: it expanded).
+    fn error_of(kind: &Kind, item: TokenStream) -> String {
+        match try_expand(kind, TokenStream::new(), item) {
+            Ok(_) => String::new(),
+            Err(e) => e.into_iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "),
+        }
+    }
+
+    #[track_caller]
+    fn refused(kind: &Kind, item: TokenStream, says: &str) {
+        let error = error_of(kind, item);
+        assert!(error.contains(says), "expected an error saying {says:?}, got {error:?}");
+    }
+
+    #[test]
+    fn a_well_formed_entity_expands() {
+        let item = quote! {
+            impl Entity for Counter {
+                fn new(_id: &EntityId) -> Self { Counter { n: 0 } }
+                #[message] async fn add(&mut self, ctx: &mut EntityContext, by: i64) -> i64 { by }
+                #[message] fn get(&self) -> i64 { self.n }
+            }
+        };
+        let out =
+            try_expand(&MESSAGES, TokenStream::new(), item).map(|t| t.to_string()).unwrap_or_else(|e| e.to_string());
+        for part in [
+            "pub struct Add { pub by : i64 }",
+            "pub struct Get ;",
+            "impl :: shardline :: Request < CounterMessage , CounterReply > for Add",
+            "pub enum CounterMessage",
+            "type Message = CounterMessage",
+            "CounterMessage :: Add (Add { by }) => CounterReply :: Add (Self :: add (self , __shardline_ctx , by) . await)",
+            "CounterMessage :: Get (Get) => CounterReply :: Get (Self :: get (self ,))",
+        ] {
+            assert!(out.contains(part), "{part:?} is not in the expansion:\n{out}");
+        }
+        assert!(!out.contains("# [message]"), "the marker attribute stays out of the expansion:\n{out}");
+    }
+
+    #[test]
+    fn misuse_is_an_error_that_says_what_to_change() {
+        refused(
+            &MESSAGES,
+            quote!(impl Actor for C { #[message] fn a(&self) {} }),
+            "put #[messages] on `impl Entity for YourType`",
+        );
+        refused(
+            &MESSAGES,
+            quote!(
+                impl<T> Entity for C<T> {
+                    #[message]
+                    fn a(&self) {}
+                }
+            ),
+            "a generic Entity",
+        );
+        refused(&MESSAGES, quote!(impl Entity for C { fn new(_: &EntityId) -> Self { C } }), "no #[message] method");
+        refused(&MESSAGES, quote!(impl Entity for C { #[message] fn new(&self) {} }), "`new` is a method of Entity");
+        refused(&MESSAGES, quote!(impl Entity for C { #[message] fn a(&self, s: &str) {} }), "take an owned value");
+        refused(
+            &MESSAGES,
+            quote!(impl Entity for C { #[message] fn a(&self, (x, y): (u8, u8)) {} }),
+            "name the argument",
+        );
+        refused(&MESSAGES, quote!(impl Entity for C { #[message] fn a(x: u8) {} }), "takes `&self`");
+        refused(&MESSAGES, quote!(impl Entity for C { #[message] fn a(self) {} }), "takes `&self` or `&mut self`");
+        refused(&MESSAGES, quote!(impl Entity for C { #[message] fn a<T>(&self, t: T) {} }), "cannot be generic");
+        refused(
+            &MESSAGES,
+            quote!(impl Entity for C { type Reply = u8; #[message] fn a(&self) {} }),
+            "writes `type Reply`",
+        );
+        refused(
+            &MESSAGES,
+            quote!(impl Entity for C { async fn handle(&mut self) {} #[message] fn a(&self) {} }),
+            "writes `handle`",
+        );
+        // Every bad handler is reported, not only the first.
+        let both = error_of(
+            &MESSAGES,
+            quote!(impl Entity for C { #[message] fn new(&self) {} #[message] fn b(&self, s: &str) {} }),
+        );
+        assert!(both.contains("`new`") && both.contains("owned value"), "{both}");
+    }
+
+    #[test]
+    fn a_command_decides_on_its_state_alone() {
+        refused(
+            &COMMANDS,
+            quote!(impl EventSourced for C { #[command] fn a(&mut self) -> (Vec<E>, u8) { todo!() } }),
+            "a command takes `&self`",
+        );
+        refused(
+            &COMMANDS,
+            quote!(impl EventSourced for C { #[command] async fn a(&self) -> (Vec<E>, u8) { todo!() } }),
+            "decided synchronously",
+        );
+        refused(
+            &COMMANDS,
+            quote!(impl EventSourced for C { #[command] fn a(&self, ctx: &EntityContext) -> (Vec<E>, u8) { todo!() } }),
+            "takes no context",
+        );
+        refused(
+            &COMMANDS,
+            quote!(impl EventSourced for C { #[command] fn a(&self) -> u8 { 1 } }),
+            "returns `(Vec<Self::Event>, Reply)`",
+        );
+        refused(
+            &COMMANDS,
+            quote!(impl EventSourced for C { #[command] fn apply(&self) -> (Vec<E>, u8) { todo!() } }),
+            "`apply` is a method of EventSourced",
+        );
+        refused(
+            &COMMANDS,
+            quote!(impl EventSourced for C { fn decide(&self, c: X) -> (Vec<E>, u8) { todo!() } #[command] fn a(&self) -> (Vec<E>, u8) { todo!() } }),
+            "writes `decide`",
+        );
+        let ok = error_of(
+            &COMMANDS,
+            quote!(impl EventSourced for C { #[command] fn a(&self, n: u8) -> (Vec<E>, u8) { (vec![], n) } }),
+        );
+        assert_eq!(ok, "");
+    }
+}
