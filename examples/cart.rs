@@ -20,17 +20,12 @@ use serde::{Deserialize, Serialize};
 use shardline::{Cluster, EntityId, EntitySettings, EventSourced, EventSourcedSettings, Gossip, RetryPolicy};
 use shardline_sqlite::SqliteJournal;
 
+type Contents = BTreeMap<String, u32>;
+
 #[derive(Default, Serialize, Deserialize)]
 struct Cart {
-    items: BTreeMap<String, u32>,
+    items: Contents,
     checked_out: bool,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-enum CartCmd {
-    Add { item: String, qty: u32 },
-    CheckOut,
-    Get,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -39,16 +34,12 @@ enum CartEvent {
     CheckedOut,
 }
 
-#[derive(Debug, PartialEq, Serialize, Deserialize)]
-enum CartReply {
-    Items(BTreeMap<String, u32>),
-    Refused(String),
-}
-
+// Each `#[command]` method is a request with its own reply: `Add { item, qty }` answers the
+// items or why not, `Items` answers them. The attribute writes those types, the enums
+// that travel and `decide`.
+#[shardline::commands]
 impl EventSourced for Cart {
-    type Command = CartCmd;
     type Event = CartEvent;
-    type Reply = CartReply;
     const EVENT_TYPE: &'static str = "cart";
 
     fn empty(_id: &EntityId) -> Self {
@@ -62,19 +53,29 @@ impl EventSourced for Cart {
         }
     }
 
-    fn decide(&self, cmd: CartCmd) -> (Vec<CartEvent>, CartReply) {
+    /// Adds `qty` of `item`; answers the cart's items after it, or why not.
+    #[command]
+    fn add(&self, item: String, qty: u32) -> (Vec<CartEvent>, Result<Contents, String>) {
+        if self.checked_out {
+            return (vec![], Err("checked out".into()));
+        }
         let mut after = self.items.clone();
-        let events = match cmd {
-            _ if self.checked_out => return (vec![], CartReply::Refused("checked out".into())),
-            CartCmd::Add { item, qty } => {
-                *after.entry(item.clone()).or_default() += qty;
-                vec![CartEvent::Added { item, qty }]
-            }
-            CartCmd::CheckOut if self.items.is_empty() => return (vec![], CartReply::Refused("empty".into())),
-            CartCmd::CheckOut => vec![CartEvent::CheckedOut],
-            CartCmd::Get => vec![],
-        };
-        (events, CartReply::Items(after))
+        *after.entry(item.clone()).or_default() += qty;
+        (vec![CartEvent::Added { item, qty }], Ok(after))
+    }
+
+    #[command]
+    fn check_out(&self) -> (Vec<CartEvent>, Result<(), String>) {
+        match () {
+            _ if self.checked_out => (vec![], Err("checked out".into())),
+            _ if self.items.is_empty() => (vec![], Err("empty".into())),
+            _ => (vec![CartEvent::CheckedOut], Ok(())),
+        }
+    }
+
+    #[command]
+    fn items(&self) -> (Vec<CartEvent>, Contents) {
+        (vec![], self.items.clone())
     }
 }
 
@@ -99,11 +100,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Send nothing before the three nodes serve.
     nodes[0].0.formed(3).await?;
 
-    let add = |item: &str, qty| CartCmd::Add { item: item.into(), qty };
+    let add = |item: &str, qty| Add { item: item.into(), qty };
     let (_, carts) = &nodes[1];
-    carts.ask_retrying("cart-1", add("apple", 2), RetryPolicy::default()).await?;
-    carts.ask_retrying("cart-1", add("pear", 1), RetryPolicy::default()).await?;
-    carts.ask_retrying("cart-1", add("apple", 1), RetryPolicy::default()).await?;
+    carts.ask_retrying("cart-1", add("apple", 2), RetryPolicy::default()).await??;
+    carts.ask_retrying("cart-1", add("pear", 1), RetryPolicy::default()).await??;
+    carts.ask_retrying("cart-1", add("apple", 1), RetryPolicy::default()).await??;
 
     // Crash the node hosting cart-1 (or c, when it is the first, the others' seed); its shards
     // move to the others, which read the cart back from the journal.
@@ -114,13 +115,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (_, survivor) = &nodes[if crashed == 1 { 2 } else { 1 }];
     // Retries ride out the failover (the crashed node's shards are taken once it is declared down).
     let patient = RetryPolicy { attempts: 40, timeout: Duration::from_secs(2), ..RetryPolicy::default() };
-    let items = survivor.ask_retrying("cart-1", CartCmd::Get, patient).await?;
+    let items = survivor.ask_retrying("cart-1", Items, patient).await?;
     println!("cart-1 after the crash: {items:?}");
-    let expected = CartReply::Items([("apple".to_string(), 3), ("pear".to_string(), 1)].into());
-    if items != expected {
+    if items != Contents::from([("apple".to_string(), 3), ("pear".to_string(), 1)]) {
         return Err(format!("cart-1 lost its contents: {items:?}").into());
     }
-    survivor.ask_retrying("cart-1", CartCmd::CheckOut, patient).await?;
+    survivor.ask_retrying("cart-1", CheckOut, patient).await??;
     let refused = survivor.ask_retrying("cart-1", add("plum", 1), patient).await?;
     println!("adding to a checked-out cart: {refused:?}");
     for (i, (cluster, _)) in nodes.iter().enumerate().rev() {

@@ -12,14 +12,7 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-use shardline::{Cluster, Entity, EntityContext, EntityHandle, EntityId, EntitySettings, Error, Gossip};
-
-#[derive(Debug, Serialize, Deserialize)]
-enum Cmd {
-    Add(u64),
-    Get,
-}
+use shardline::{Cluster, Entity, EntityHandle, EntityId, EntitySettings, Error, Gossip};
 
 /// A number in memory. `hand_over` and `take_over` carry it to the next owner when its shard
 /// moves by hand-off (rebalance, graceful leave). A crash still loses it: that takes a journal.
@@ -27,18 +20,23 @@ struct Counter {
     n: u64,
 }
 
+// `#[message]` methods are the counter's requests: `Add { by }` answers a `u64`, and so does
+// `Get`. The attribute writes those types, the enums that travel and `handle`.
+#[shardline::messages]
 impl Entity for Counter {
-    type Message = Cmd;
-    type Reply = u64;
-
     fn new(_id: &EntityId) -> Self {
         Counter { n: 0 }
     }
 
-    async fn handle(&mut self, _ctx: &mut EntityContext, msg: Cmd) -> u64 {
-        if let Cmd::Add(k) = msg {
-            self.n += k;
-        }
+    /// Adds `by`; answers the new value.
+    #[message]
+    fn add(&mut self, by: u64) -> u64 {
+        self.n += by;
+        self.n
+    }
+
+    #[message]
+    fn get(&self) -> u64 {
         self.n
     }
 
@@ -68,7 +66,7 @@ async fn node(
 /// Adds 1, resending only what certainly did not run: a resend after a timeout could count twice.
 async fn add_one(counters: &EntityHandle<Counter>, id: &str) -> Result<(), Error> {
     loop {
-        match counters.entity_ref(id).ask(Cmd::Add(1)).await {
+        match counters.entity_ref(id).ask(Add { by: 1 }).await {
             Ok(_) => return Ok(()),
             Err(e) if e.is_safe_to_retry() => tokio::time::sleep(Duration::from_millis(20)).await,
             Err(e) => return Err(e),
@@ -95,7 +93,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     nodes[1].leave().await?;
     let mut sum = 0;
     for k in 0..50 {
-        sum += on_a.entity_ref(format!("counter-{k}")).ask(Cmd::Get).await?;
+        sum += on_a.entity_ref(format!("counter-{k}")).ask(Get).await?;
     }
     let hosted: Vec<usize> = [&handles[0], &handles[2]].iter().map(|h| h.hosted_shards().len()).collect();
     println!("sum of 50 counters after 1,000 adds, two joins and a leave: {sum}; shards on a and c: {hosted:?}");
