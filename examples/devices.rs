@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use shardline::{Cluster, Entity, EntityContext, EntityHandle, EntityId, EntitySettings, Gossip};
+use shardline::{Cluster, Entity, EntityContext, EntityHandle, EntityId, EntitySettings, Gossip, Request};
 
 const HOMES: u32 = 6;
 const DEVICES: [&str; 3] = ["thermostat", "door", "lamp"];
@@ -29,48 +29,36 @@ fn home_of(id: &str) -> &str {
     id.split_once('/').map_or(id, |(home, _)| home)
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-enum DeviceCmd {
-    Report(i32),
-}
-
 /// A device's session: the reading it last sent.
 struct Device {
     last: Option<i32>,
 }
 
+#[shardline::messages]
 impl Entity for Device {
-    type Message = DeviceCmd;
-    type Reply = ();
-
     fn new(_id: &EntityId) -> Self {
         Device { last: None }
     }
 
-    async fn handle(&mut self, ctx: &mut EntityContext, DeviceCmd::Report(v): DeviceCmd) {
-        self.last = Some(v);
-        tell_home(ctx, HomeCmd::Seen { device: ctx.id().as_str().to_string(), reading: v });
+    /// A reading from the device, passed on to its home.
+    #[message]
+    fn report(&mut self, ctx: &EntityContext, reading: i32) {
+        self.last = Some(reading);
+        tell_home(ctx, Seen { device: ctx.id().as_str().to_string(), reading });
     }
 
     async fn stopped(&mut self, ctx: &mut EntityContext) {
-        tell_home(ctx, HomeCmd::Offline { device: ctx.id().as_str().to_string() });
+        tell_home(ctx, Offline { device: ctx.id().as_str().to_string() });
     }
 }
 
-fn tell_home(ctx: &EntityContext, cmd: HomeCmd) {
+fn tell_home(ctx: &EntityContext, msg: impl Request<HomeMessage, HomeReply>) {
     let home = home_of(ctx.id().as_str()).to_string();
     if let Some(homes) = ctx.entities().handle::<Home>() {
-        if let Err(e) = homes.entity_ref(&home).tell(cmd) {
+        if let Err(e) = homes.entity_ref(&home).tell(msg) {
             eprintln!("{home} not told: {e}");
         }
     }
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-enum HomeCmd {
-    Seen { device: String, reading: i32 },
-    Offline { device: String },
-    Registry,
 }
 
 #[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq)]
@@ -82,26 +70,27 @@ struct Registry {
 /// A home's registry of devices.
 struct Home(Registry);
 
+#[shardline::messages]
 impl Entity for Home {
-    type Message = HomeCmd;
-    type Reply = Registry;
-
     fn new(_id: &EntityId) -> Self {
         Home(Registry::default())
     }
 
-    async fn handle(&mut self, _ctx: &mut EntityContext, msg: HomeCmd) -> Registry {
-        match msg {
-            HomeCmd::Seen { device, reading } => {
-                self.0.devices.insert(device, (reading, true));
-            }
-            HomeCmd::Offline { device } => {
-                if let Some(d) = self.0.devices.get_mut(&device) {
-                    d.1 = false;
-                }
-            }
-            HomeCmd::Registry => {}
+    #[message]
+    fn seen(&mut self, device: String, reading: i32) {
+        self.0.devices.insert(device, (reading, true));
+    }
+
+    #[message]
+    fn offline(&mut self, device: String) {
+        if let Some(d) = self.0.devices.get_mut(&device) {
+            d.1 = false;
         }
+    }
+
+    /// Every device seen, with its last reading and whether it is online.
+    #[message]
+    fn devices(&self) -> Registry {
         self.0.clone()
     }
 
@@ -135,7 +124,7 @@ async fn node(
 async fn registries(homes: &EntityHandle<Home>) -> Result<Vec<Registry>, shardline::Error> {
     let mut all = Vec::new();
     for h in 0..HOMES {
-        all.push(homes.entity_ref(format!("home-{h}")).ask(HomeCmd::Registry).await?);
+        all.push(homes.entity_ref(format!("home-{h}")).ask(Devices).await?);
     }
     Ok(all)
 }
@@ -171,7 +160,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for h in 0..HOMES {
         for (i, d) in DEVICES.iter().enumerate() {
             let id = format!("home-{h}/{d}");
-            devices_a.entity_ref(&id).ask(DeviceCmd::Report(h as i32 * 10 + i as i32)).await?;
+            devices_a.entity_ref(&id).ask(Report { reading: h as i32 * 10 + i as i32 }).await?;
             // One shard for all devices of a home.
             assert_eq!(devices_a.shard_of(&id), devices_a.shard_of(format!("home-{h}")));
         }

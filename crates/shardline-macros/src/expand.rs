@@ -18,7 +18,7 @@ pub fn expand(kind: &Kind, attr: TokenStream, item: TokenStream) -> TokenStream 
 }
 
 fn try_expand(kind: &Kind, attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
-    let vis: Visibility = if attr.is_empty() { syn::parse_quote!(pub) } else { syn::parse2(attr)? };
+    let vis: Visibility = if attr.is_empty() { Visibility::Inherited } else { syn::parse2(attr)? };
     let mut block: ItemImpl = syn::parse2(item)?;
     let trait_named =
         block.trait_.as_ref().and_then(|(path, _)| path.segments.last()).is_some_and(|s| s.ident == kind.trait_name);
@@ -239,10 +239,10 @@ mod tests {
         let out =
             try_expand(&MESSAGES, TokenStream::new(), item).map(|t| t.to_string()).unwrap_or_else(|e| e.to_string());
         for part in [
-            "pub struct Add { pub by : i64 }",
-            "pub struct Get ;",
+            "struct Add { by : i64 }",
+            "struct Get ;",
             "impl :: shardline :: Request < CounterMessage , CounterReply > for Add",
-            "pub enum CounterMessage",
+            "enum CounterMessage",
             "type Message = CounterMessage",
             "CounterMessage :: Add (Add { by }) => CounterReply :: Add (Self :: add (self , __shardline_ctx , by) . await)",
             "CounterMessage :: Get (Get) => CounterReply :: Get (Self :: get (self ,))",
@@ -250,6 +250,11 @@ mod tests {
             assert!(out.contains(part), "{part:?} is not in the expansion:\n{out}");
         }
         assert!(!out.contains("# [message]"), "the marker attribute stays out of the expansion:\n{out}");
+        assert!(!out.contains("pub "), "private unless asked:\n{out}");
+        let public =
+            try_expand(&MESSAGES, quote!(pub(crate)), quote!(impl Entity for C { #[message] fn a(&self, n: u8) {} }));
+        let public = public.map(|t| t.to_string()).unwrap_or_else(|e| e.to_string());
+        assert!(public.contains("pub (crate) struct A { pub (crate) n : u8 }"), "{public}");
     }
 
     #[test]

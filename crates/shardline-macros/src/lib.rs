@@ -29,9 +29,10 @@ use proc_macro::TokenStream;
 ///
 /// A method may be `async` or not, takes `&self` or `&mut self`, owned arguments (they travel),
 /// and, anywhere among them, `&EntityContext` or `&mut EntityContext` (not a field). The rest of
-/// the impl (`new`, `started`, `reminded`, …) stays as written. The attribute takes the
-/// visibility of what it writes, `pub` when none is given: `#[shardline::messages(pub(crate))]`.
-/// Users need no dependency on serde for it.
+/// the impl (`new`, `started`, `reminded`, …) stays as written. What it writes is private to
+/// the module, as any item: give the visibility a public entity type needs,
+/// `#[shardline::messages(pub)]` (its fields get it too). Users need no dependency on serde for
+/// it.
 ///
 /// ```
 /// use shardline::{Entity, EntityContext, EntityId};

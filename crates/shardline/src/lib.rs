@@ -5,15 +5,19 @@
 //! die, shards of entities move without two copies ever running at once.
 //!
 //! ```no_run
-//! # use shardline::*;
-//! # use serde::{Deserialize, Serialize};
-//! # #[derive(Serialize, Deserialize)] enum Cmd { Add(i64) }
-//! # struct Counter(i64);
-//! # impl Entity for Counter {
-//! #     type Message = Cmd; type Reply = i64;
-//! #     fn new(_: &EntityId) -> Self { Counter(0) }
-//! #     async fn handle(&mut self, _: &mut EntityContext, Cmd::Add(k): Cmd) -> i64 { self.0 += k; self.0 }
-//! # }
+//! use shardline::{Cluster, Entity, EntityId, EntitySettings, Gossip};
+//!
+//! struct Counter(i64);
+//!
+//! // Each `#[message]` method is a request with its own reply: `Add { by }` answers an `i64`.
+//! #[shardline::messages]
+//! impl Entity for Counter {
+//!     fn new(_: &EntityId) -> Self { Counter(0) }
+//!
+//!     #[message]
+//!     fn add(&mut self, by: i64) -> i64 { self.0 += by; self.0 }
+//! }
+//!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let cluster = Cluster::builder()
 //!     .node_name("node-1")
@@ -22,7 +26,7 @@
 //!     .build()
 //!     .await?;
 //! let counters = cluster.register::<Counter>(EntitySettings::new("counter").shards(256)).await?;
-//! let n = counters.entity_ref("c-42").ask(Cmd::Add(10)).await?;
+//! let n: i64 = counters.entity_ref("c-42").ask(Add { by: 10 }).await?;
 //! cluster.leave().await?;
 //! # Ok(()) }
 //! ```

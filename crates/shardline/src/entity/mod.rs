@@ -13,6 +13,10 @@
 //! database. `examples/counter.rs` shows state that survives moves; `examples/devices.rs` adds
 //! passivation and a partition key.
 //!
+//! **Its protocol.** An entity receives one message type and answers one reply type: that is
+//! what travels. Written by hand, they are two enums and a `match` in
+//! [`handle`](Entity::handle):
+//!
 //! ```no_run
 //! use shardline::{Entity, EntityContext, EntityId};
 //! use serde::{Deserialize, Serialize};
@@ -30,6 +34,27 @@
 //!         if let Cmd::Add(k) = msg { self.n += k; }
 //!         self.n
 //!     }
+//! }
+//! ```
+//!
+//! Or a method per request, each answered with its own type ([`Request`]), by
+//! [`messages`](crate::messages) (and [`commands`](crate::commands) for an [`EventSourced`]
+//! type): `counter.ask(Add { k: 5 })` answers an `i64`.
+//!
+//! ```no_run
+//! use shardline::{Entity, EntityId};
+//!
+//! struct Counter { n: i64 }
+//!
+//! #[shardline::messages]
+//! impl Entity for Counter {
+//!     fn new(_id: &EntityId) -> Self { Counter { n: 0 } }
+//!
+//!     #[message]
+//!     fn add(&mut self, k: i64) -> i64 { self.n += k; self.n }
+//!
+//!     #[message]
+//!     fn get(&self) -> i64 { self.n }
 //! }
 //! ```
 
