@@ -62,16 +62,15 @@ pub mod daemon;
 pub mod event_sourced;
 mod handles;
 mod request;
-mod request_id;
 mod retry;
 mod schema;
 
+pub use crate::journal::RequestId;
 pub use crate::sharding::entity::{Entity, EntityContext};
 pub use crate::sharding::reminder::{Reminder, When};
 pub use crate::sharding::settings::{EntitySettings, EventSourcedSettings, StrategyKind, CLOCK_SKEW_MARGIN};
 pub use event_sourced::{EventSourced, EventSourcedHandle, Persist, PersistError, Persistent, Remind};
 pub use handles::{Entities, EntityHandle, EntityRef};
 pub use request::Request;
-pub use request_id::RequestId;
 pub use retry::{Attempts, RetryPolicy};
 pub use schema::decode_old;

@@ -26,6 +26,7 @@ pub mod conformance;
 mod memory;
 pub mod queue;
 mod reminders;
+mod request_id;
 pub mod split;
 
 use std::future::Future;
@@ -36,6 +37,7 @@ use shardline_core::{Epoch, ShardId};
 pub use memory::InMemoryJournal;
 pub use queue::QueuedJournal;
 pub use reminders::{ReminderChange, ReminderPosition, StoredReminder, MAX_DUE_MS};
+pub use request_id::RequestId;
 pub use split::{part_of, SplitJournal, SLICES};
 
 /// The persistence id of an entity: its type and id.

@@ -14,7 +14,7 @@ use super::claim::ShardClaim;
 use super::reminder::{stored, Reminder, ShardReminders, When};
 use super::settings::Persistence;
 use crate::error::Error;
-use crate::journal::{Fence, Journal, JournalError, ReminderChange};
+use crate::journal::{Fence, Journal, JournalError, ReminderChange, RequestId};
 
 /// A sharded, stateful entity. Its state lives in memory on one node: see the
 /// [module docs](crate::entity) for what happens to it when its shard moves, and implement
@@ -92,6 +92,8 @@ pub struct EntityContext {
     pub(crate) persistence: Persistence,
     /// The shard's reminders, for a type that has them.
     pub(crate) reminders: Option<Arc<ShardReminders>>,
+    /// The request id of the command being decided ([`EntityContext::request_id`]).
+    pub(crate) request: Option<RequestId>,
 }
 
 impl EntityContext {
@@ -108,6 +110,15 @@ impl EntityContext {
     /// The epoch at which this node hosts the shard: a fencing token for journal writes.
     pub fn epoch(&self) -> Epoch {
         self.epoch
+    }
+
+    /// The request id of the command an event-sourced entity is deciding
+    /// ([`EventSourced::decide_with`](crate::EventSourced::decide_with)), None elsewhere. A
+    /// decision may run more than once for one request (its append failed, or its outcome was
+    /// unknown): an ask it makes under an id [derived](RequestId::derive) from this one is
+    /// applied once however often the decision runs, and answered with its first reply.
+    pub fn request_id(&self) -> Option<&RequestId> {
+        self.request.as_ref()
     }
 
     /// The entity's type.

@@ -47,8 +47,11 @@ pub trait EventSourced: Serialize + DeserializeOwned + Sized + Send + 'static {
     /// A decision can be made more than once for one request: a retry of a command whose append
     /// failed or whose outcome was unknown (a lost connection, a crash, a moved shard) is
     /// decided again, and a decision that writes no event is recorded only under a caller's
-    /// request id. So an ask made here is at least once: ask idempotently (`ask_retrying`, or
-    /// `ask_with_request_id` with an id derived from the command's own). And a reply is recorded
+    /// request id. So an ask made here is at least once unless it is idempotent: ask an
+    /// event-sourced entity with `ask_with_request_id` under an id derived from the command's own,
+    /// `ctx.request_id()` (present for every command but a read sent without a caller's id), as
+    /// `rid.derive("reserve")`; a decision run again then gets its first answer, and the ask is
+    /// applied once. And a reply is recorded
     /// under the caller's request id like any other, a failure of the inner ask included: a
     /// retry with that id gets the same failure until the id expires, so a caller that should
     /// try again gets a reply that says so and sends a new id.

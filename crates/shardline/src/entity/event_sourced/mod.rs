@@ -58,8 +58,8 @@ pub use reminders::Remind;
 use std::collections::VecDeque;
 use std::time::SystemTime;
 
-use super::request_id::RequestId;
 use super::schema::decode_old;
+use crate::journal::RequestId;
 use crate::sharding::settings::CLOCK_SKEW_MARGIN;
 
 use serde::de::DeserializeOwned;
@@ -235,7 +235,7 @@ impl<T: EventSourced> Persistent<T> {
         Ok(())
     }
 
-    async fn run(&mut self, ctx: &EntityContext, mut msg: Persist<T::Command>) -> Result<T::Reply, PersistError> {
+    async fn run(&mut self, ctx: &mut EntityContext, mut msg: Persist<T::Command>) -> Result<T::Reply, PersistError> {
         if sabotage::is(Sabotage::SkipRequestIdLookup) {
             msg.request_id = None;
         }
@@ -260,7 +260,10 @@ impl<T: EventSourced> Persistent<T> {
             return Err(PersistError::Unreadable(format!("{pid}: not recovered")));
         };
         let last = *last;
+        // The decision sees the request's id, to derive the ids of the asks it makes.
+        ctx.request = msg.request_id.clone();
         let (events, reply) = state.decide_with(ctx, msg.command).await;
+        ctx.request = None;
         if events.is_empty() && !msg.request_id.as_ref().is_some_and(RequestId::records_reads) {
             // A read changes nothing and no caller will ask for this answer again: nothing to
             // record.

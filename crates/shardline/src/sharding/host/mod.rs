@@ -325,6 +325,7 @@ impl<E: Entity> ShardHost<E> {
             claim: self.claim.clone(),
             persistence: self.env.persistence,
             reminders: self.shard_reminders(),
+            request: None,
         }
     }
 

@@ -1,4 +1,5 @@
-//! `RequestId`: what makes a retried command of an event-sourced entity apply once.
+//! `RequestId`: what makes a retried command of an event-sourced entity apply once, and what
+//! the journal records its reply under.
 //!
 //! A request id is a key chosen once per logical request and the time it was issued. The key is
 //! what the journal records with the command's reply; the time is what lets an entity tell a
@@ -58,6 +59,24 @@ impl RequestId {
     /// Whether a reply without events is recorded under this id: only for callers' own ids.
     pub(crate) fn records_reads(&self) -> bool {
         !self.by_runtime
+    }
+
+    /// The id of a request made on behalf of this one, told apart by `part`: the same key
+    /// suffixed, the same issue time (it expires with this one), made by the same party. A
+    /// decision that asks another entity under `ctx.request_id()`'s derivation applies that ask
+    /// once, however many times it is decided.
+    ///
+    /// ```
+    /// use shardline::RequestId;
+    ///
+    /// let order = RequestId::new("order-7/place");
+    /// let stock = order.derive("reserve");
+    /// assert_eq!(stock.key(), "order-7/place/reserve");
+    /// assert_eq!(stock.issued_ms(), order.issued_ms());
+    /// assert_eq!(order.derive("reserve"), stock, "the same every time");
+    /// ```
+    pub fn derive(&self, part: &str) -> RequestId {
+        RequestId { key: format!("{}/{part}", self.key), ..self.clone() }
     }
 
     /// The key the journal records the reply under.
