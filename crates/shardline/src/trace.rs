@@ -34,6 +34,8 @@
 use std::cell::Cell;
 use std::fmt;
 use std::future::Future;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -94,13 +96,40 @@ fn span_id() -> [u8; 8] {
     }
 }
 
+/// One new trace in this many is sampled (see [`sample_one_in`]).
+static ONE_IN: AtomicU32 = AtomicU32::new(1);
+
+/// Samples one new trace in `one_in` on this process (every one until this is called): head
+/// sampling, decided where a trace starts and carried in its flags, so every node a trace reaches
+/// opens its spans or none of them. An unsampled trace still travels (the context costs its 25
+/// bytes), which keeps the decision of the node that started it; only its spans are not opened,
+/// and what the application opens inside them is not exported. A trace brought in by a
+/// `traceparent` header keeps the flag it came with.
+///
+/// ```
+/// use std::num::NonZeroU32;
+///
+/// // One request in a hundred is traced, with every hop and entity it reaches.
+/// shardline::trace::sample_one_in(NonZeroU32::new(100).unwrap());
+/// # shardline::trace::sample_one_in(NonZeroU32::MIN);
+/// ```
+pub fn sample_one_in(one_in: NonZeroU32) {
+    ONE_IN.store(one_in.get(), Ordering::Relaxed);
+}
+
+/// Whether a new trace is sampled, at one in `one_in`.
+fn draw_sampled(one_in: u32) -> bool {
+    one_in <= 1 || next_u64() % u64::from(one_in) == 0
+}
+
 impl TraceContext {
-    /// A new trace, sampled.
+    /// A new trace, sampled or not as [`sample_one_in`] says (sampled by default).
     pub fn root() -> TraceContext {
         let mut trace_id = [0; 16];
         trace_id[..8].copy_from_slice(&span_id());
         trace_id[8..].copy_from_slice(&next_u64().to_be_bytes());
-        TraceContext { trace_id, span_id: span_id(), flags: 1 }
+        let flags = u8::from(draw_sampled(ONE_IN.load(Ordering::Relaxed)));
+        TraceContext { trace_id, span_id: span_id(), flags }
     }
 
     /// A span of the same trace under this one: its id is new, the trace and flags are kept.
@@ -189,8 +218,11 @@ pub(crate) struct SpanOf<'a> {
 }
 
 impl SpanOf<'_> {
-    /// The caller's span of an ask (`ask`) or a tell (`tell`).
+    /// The caller's span of an ask (`ask`) or a tell (`tell`); none for an unsampled trace.
     pub fn call(&self, ask: bool) -> tracing::Span {
+        if !self.trace.sampled() {
+            return tracing::Span::none();
+        }
         let span = if ask {
             tracing::debug_span!(target: "shardline::trace", "ask", trace_id = %self.trace.trace_hex(), span_id = %self.trace.span_hex(), parent_id = tracing::field::Empty, node = %self.node, entity_type = %self.entity_type, entity = %self.entity)
         } else {
@@ -199,8 +231,11 @@ impl SpanOf<'_> {
         self.parented(span)
     }
 
-    /// The span of the entity handling a message (`handle`).
+    /// The span of the entity handling a message (`handle`); none for an unsampled trace.
     pub fn handle(&self) -> tracing::Span {
+        if !self.trace.sampled() {
+            return tracing::Span::none();
+        }
         let span = tracing::debug_span!(target: "shardline::trace", "handle", trace_id = %self.trace.trace_hex(), span_id = %self.trace.span_hex(), parent_id = tracing::field::Empty, node = %self.node, entity_type = %self.entity_type, entity = %self.entity);
         self.parented(span)
     }
@@ -252,7 +287,34 @@ mod tests {
         assert_ne!(a.trace_id, b.trace_id);
         assert_ne!(a.trace_id, [0; 16]);
         assert_ne!(a.span_id, [0; 8]);
-        assert!(a.sampled());
+    }
+
+    #[test]
+    fn one_trace_in_n_is_sampled_and_its_children_follow() {
+        assert!((0..1_000).all(|_| draw_sampled(1)), "all, by default");
+        let sampled = (0..40_000).filter(|_| draw_sampled(4)).count();
+        assert!((9_000..11_000).contains(&sampled), "about one in four: {sampled} of 40,000");
+        assert!((0..10_000).filter(|_| draw_sampled(u32::MAX)).count() <= 1, "one in four billion");
+        let off = TraceContext { flags: 0, ..TraceContext::root() };
+        assert!(!off.child().sampled(), "a child keeps its trace's decision");
+        let on = TraceContext { flags: 1, ..off };
+        assert!(on.child().sampled());
+    }
+
+    #[test]
+    fn an_unsampled_trace_opens_no_span() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let subscriber = tracing_subscriber::registry().with(tracing_subscriber::filter::LevelFilter::DEBUG);
+        tracing::subscriber::with_default(subscriber, || {
+            let on = TraceContext { flags: 1, ..TraceContext::root() };
+            let off = TraceContext { flags: 0, ..on };
+            let of = |trace| SpanOf { trace, parent: None, node: &"n1", entity_type: &"t", entity: &"e" }.call(true);
+            assert!(!of(&on).is_none(), "a sampled trace's ask has its span");
+            assert!(of(&off).is_none(), "an unsampled one's has none");
+            let handled = |trace| SpanOf { trace, parent: None, node: &"n1", entity_type: &"t", entity: &"e" }.handle();
+            assert!(!handled(&on).is_none());
+            assert!(handled(&off).is_none());
+        });
     }
 
     #[test]
