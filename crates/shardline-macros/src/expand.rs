@@ -43,13 +43,15 @@ fn try_expand(kind: &Kind, attr: TokenStream, item: TokenStream) -> syn::Result<
     let mut kept = Vec::new();
     for item in std::mem::take(&mut block.items) {
         match item {
-            ImplItem::Fn(f) if f.attrs.iter().any(|a| a.path().is_ident(kind.marker)) => match Handler::read(kind, f) {
-                Ok(h) => handlers.push(h),
-                Err(e) => match &mut errors {
-                    Some(all) => all.combine(e),
-                    None => errors = Some(e),
-                },
-            },
+            ImplItem::Fn(f) if f.attrs.iter().any(|a| a.path().is_ident(kind.marker)) => {
+                match Handler::read(kind, &block.self_ty, f) {
+                    Ok(h) => handlers.push(h),
+                    Err(e) => match &mut errors {
+                        Some(all) => all.combine(e),
+                        None => errors = Some(e),
+                    },
+                }
+            }
             ImplItem::Type(t) if t.ident == kind.message_type || t.ident == "Reply" => {
                 let what = format!("#[{}s] writes `type {}`: remove this one", kind.marker, t.ident);
                 return Err(syn::Error::new_spanned(&t.ident, what));
@@ -68,6 +70,15 @@ fn try_expand(kind: &Kind, attr: TokenStream, item: TokenStream) -> syn::Result<
     }
     if let Some(e) = errors {
         return Err(e);
+    }
+    for (i, h) in handlers.iter().enumerate() {
+        if let Some(first) = handlers[..i].iter().find(|o| o.request == h.request) {
+            let what = format!(
+                "`{}` and `{}` both make the request `{}`: name one, #[{}(name = \"…\")]",
+                first.method.sig.ident, h.method.sig.ident, h.request, kind.marker
+            );
+            return Err(syn::Error::new(h.method.sig.ident.span(), what));
+        }
     }
     if handlers.is_empty() {
         let what = format!("no #[{}] method: mark each handler with #[{}]", kind.marker, kind.marker);
@@ -106,20 +117,29 @@ fn serde() -> TokenStream {
 
 /// One request's type and its `Request` impl.
 fn request_type(vis: &Visibility, h: &Handler, message: &syn::Ident, reply: &syn::Ident) -> TokenStream {
-    let (name, docs, answer) = (&h.request, &h.docs, &h.reply);
+    let (name, answer, cfgs) = (&h.request, &h.reply, &h.cfgs);
+    let docs = if h.docs.is_empty() {
+        let doc = format!("The request of `{}`.", h.method.sig.ident);
+        quote!(#[doc = #doc])
+    } else {
+        let docs = &h.docs;
+        quote!(#(#docs)*)
+    };
     let serde = serde();
     let body = if h.fields.is_empty() {
         quote!(;)
     } else {
-        let fields = h.fields.iter().map(|(f, ty)| quote!(#vis #f: #ty));
+        let fields = h.fields.iter().map(|(f, ty)| quote!(#[allow(missing_docs)] #vis #f: #ty));
         quote!({ #(#fields),* })
     };
     quote! {
-        #(#docs)*
+        #docs
+        #(#cfgs)*
         #serde
         #[derive(Debug, Clone)]
         #vis struct #name #body
 
+        #(#cfgs)*
         impl ::shardline::Request<#message, #reply> for #name {
             type Reply = #answer;
             fn into_message(self) -> #message {
@@ -148,6 +168,7 @@ fn enums(
     let serde = serde();
     let names: Vec<_> = handlers.iter().map(|h| &h.request).collect();
     let answers = handlers.iter().map(|h| &h.reply);
+    let cfgs: Vec<_> = handlers.iter().map(|h| &h.cfgs).collect();
     let message_doc = format!(
         "The {}s of [`{base}`], one variant per request, in the order the handlers are written \
          (the encoding numbers them: add new ones last). Written by `#[{}s]`.",
@@ -159,50 +180,54 @@ fn enums(
         #serde
         #[derive(Debug, Clone)]
         #vis enum #message {
-            #(#[allow(missing_docs)] #names(#names)),*
+            #(#(#cfgs)* #[allow(missing_docs)] #names(#names)),*
         }
 
         #[doc = #reply_doc]
         #serde
         #vis enum #reply {
-            #(#[allow(missing_docs)] #names(#answers)),*
+            #(#(#cfgs)* #[allow(missing_docs)] #names(#answers)),*
         }
     }
 }
 
 /// `handle` (messages) or `decide` (commands): each request to its method.
 fn dispatch(kind: &Kind, handlers: &[Handler], message: &syn::Ident, reply: &syn::Ident) -> TokenStream {
+    // The dispatch's own names, out of reach of the user's (an argument named `ctx`, `events`).
+    let local = |name: &str| proc_macro2::Ident::new(name, proc_macro2::Span::mixed_site());
+    let (ctx, msg, events, answer) = (local("ctx"), local("msg"), local("events"), local("answer"));
     let arms = handlers.iter().map(|h| {
+        let cfgs = &h.cfgs;
         let name = &h.request;
         let method = &h.method.sig.ident;
         let fields = h.fields.iter().map(|(f, _)| f);
         let args = h.args.iter().map(|a| match a {
             Arg::Field(f) => quote!(#f),
-            Arg::Context => quote!(__shardline_ctx),
+            Arg::Context => quote!(#ctx),
         });
         let call = quote!(Self::#method(self, #(#args),*));
         let call = if h.method.sig.asyncness.is_some() { quote!(#call.await) } else { call };
         let pattern = if h.fields.is_empty() { quote!(#name) } else { quote!(#name { #(#fields),* }) };
         if kind.context_allowed {
-            quote!(#message::#name(#pattern) => #reply::#name(#call))
+            quote!(#(#cfgs)* #message::#name(#pattern) => #reply::#name(#call))
         } else {
-            quote!(#message::#name(#pattern) => {
-                let (events, answer) = #call;
-                (events, #reply::#name(answer))
+            quote!(#(#cfgs)* #message::#name(#pattern) => {
+                let (#events, #answer) = #call;
+                (#events, #reply::#name(#answer))
             })
         }
     });
     if kind.context_allowed {
         quote! {
             #[allow(unused_variables)]
-            async fn handle(&mut self, __shardline_ctx: &mut ::shardline::EntityContext, __shardline_msg: #message) -> #reply {
-                match __shardline_msg { #(#arms),* }
+            async fn handle(&mut self, #ctx: &mut ::shardline::EntityContext, #msg: #message) -> #reply {
+                match #msg { #(#arms),* }
             }
         }
     } else {
         quote! {
-            fn decide(&self, __shardline_command: #message) -> (::std::vec::Vec<<Self as ::shardline::EventSourced>::Event>, #reply) {
-                match __shardline_command { #(#arms),* }
+            fn decide(&self, #msg: #message) -> (::std::vec::Vec<<Self as ::shardline::EventSourced>::Event>, #reply) {
+                match #msg { #(#arms),* }
             }
         }
     }
@@ -239,12 +264,12 @@ mod tests {
         let out =
             try_expand(&MESSAGES, TokenStream::new(), item).map(|t| t.to_string()).unwrap_or_else(|e| e.to_string());
         for part in [
-            "struct Add { by : i64 }",
+            "struct Add { # [allow (missing_docs)] by : i64 }",
             "struct Get ;",
             "impl :: shardline :: Request < CounterMessage , CounterReply > for Add",
             "enum CounterMessage",
             "type Message = CounterMessage",
-            "CounterMessage :: Add (Add { by }) => CounterReply :: Add (Self :: add (self , __shardline_ctx , by) . await)",
+            "CounterMessage :: Add (Add { by }) => CounterReply :: Add (Self :: add (self , ctx , by) . await)",
             "CounterMessage :: Get (Get) => CounterReply :: Get (Self :: get (self ,))",
         ] {
             assert!(out.contains(part), "{part:?} is not in the expansion:\n{out}");
@@ -254,7 +279,7 @@ mod tests {
         let public =
             try_expand(&MESSAGES, quote!(pub(crate)), quote!(impl Entity for C { #[message] fn a(&self, n: u8) {} }));
         let public = public.map(|t| t.to_string()).unwrap_or_else(|e| e.to_string());
-        assert!(public.contains("pub (crate) struct A { pub (crate) n : u8 }"), "{public}");
+        assert!(public.contains("pub (crate) struct A { # [allow (missing_docs)] pub (crate) n : u8 }"), "{public}");
     }
 
     #[test]
@@ -295,12 +320,77 @@ mod tests {
             quote!(impl Entity for C { async fn handle(&mut self) {} #[message] fn a(&self) {} }),
             "writes `handle`",
         );
+        refused(&MESSAGES, quote!(impl Entity for C { #[message] unsafe fn a(&self) {} }), "cannot be `unsafe`");
+        refused(
+            &MESSAGES,
+            quote!(impl Entity for C { #[message] fn a<'x>(&'x self) {} }),
+            "cannot be generic or name lifetimes",
+        );
+        refused(
+            &MESSAGES,
+            quote!(impl Entity for C { #[message] fn a(&self, n: impl Into<u8>) {} }),
+            "not `impl Trait`",
+        );
+        refused(&MESSAGES, quote!(impl Entity for C { #[message] fn a(&self) -> impl Send {} }), "not `impl Trait`");
+        refused(
+            &MESSAGES,
+            quote!(impl Entity for C { #[message] fn a(&self, #[cfg(x)] n: u8) {} }),
+            "put them on the method",
+        );
+        refused(&MESSAGES, quote!(impl Entity for C { #[message] fn __(&self) {} }), "makes no type name");
+        refused(
+            &MESSAGES,
+            quote!(impl Entity for C { #[message] fn status(&self) -> Status { todo!() } }),
+            "would shadow the type `Status`",
+        );
+        refused(
+            &MESSAGES,
+            quote!(impl Entity for C { #[message] fn get(&self) {} #[message] fn get_(&self) {} }),
+            "both make the request `Get`",
+        );
+        refused(
+            &MESSAGES,
+            quote!(impl Entity for C { #[message(title = "X")] fn a(&self) {} }),
+            "the one setting is `name",
+        );
+        let renamed = try_expand(
+            &MESSAGES,
+            TokenStream::new(),
+            quote!(impl Entity for C { #[message(name = "GetStatus")] fn status(&self) -> Status { todo!() } }),
+        );
+        let renamed = renamed.map(|t| t.to_string()).unwrap_or_else(|e| e.to_string());
+        assert!(
+            renamed.contains("struct GetStatus ;")
+                && renamed
+                    .contains("CMessage :: GetStatus (GetStatus) => CReply :: GetStatus (Self :: status (self ,))"),
+            "{renamed}"
+        );
         // Every bad handler is reported, not only the first.
         let both = error_of(
             &MESSAGES,
             quote!(impl Entity for C { #[message] fn new(&self) {} #[message] fn b(&self, s: &str) {} }),
         );
         assert!(both.contains("`new`") && both.contains("owned value"), "{both}");
+    }
+
+    #[test]
+    fn a_conditional_handler_is_conditional_everywhere() {
+        let item =
+            quote!(impl Entity for C { #[message] #[cfg(feature = "x")] fn a(&self) {} #[message] fn b(&self) {} });
+        let out =
+            try_expand(&MESSAGES, TokenStream::new(), item).map(|t| t.to_string()).unwrap_or_else(|e| e.to_string());
+        let cfg = "# [cfg (feature = \"x\")]";
+        // The struct, its Request impl, its two variants, its arm and the method: six places.
+        assert_eq!(out.matches(cfg).count(), 6, "{out}");
+        for under in [
+            "# [cfg (feature = \"x\")] impl :: shardline :: Request < CMessage , CReply > for A",
+            "# [cfg (feature = \"x\")] # [allow (missing_docs)] A (A)",
+            "# [cfg (feature = \"x\")] # [allow (missing_docs)] A (())",
+            "# [cfg (feature = \"x\")] CMessage :: A (A) =>",
+            "# [cfg (feature = \"x\")] fn a (& self)",
+        ] {
+            assert!(out.contains(under), "{under:?} is not in the expansion:\n{out}");
+        }
     }
 
     #[test]

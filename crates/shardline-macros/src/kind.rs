@@ -13,6 +13,8 @@ pub struct Kind {
     pub message_type: &'static str,
     /// The trait's methods: a handler may not take their names.
     pub reserved: &'static [&'static str],
+    /// The trait's associated types, which a handler names as `Self::X`.
+    pub associated_types: &'static [&'static str],
     /// Whether a handler may be `async`.
     pub async_allowed: bool,
     /// Whether a handler may take `&mut self`.
@@ -28,6 +30,7 @@ pub const MESSAGES: Kind = Kind {
     marker: "message",
     message_type: "Message",
     reserved: &["new", "handle", "started", "stopped", "hand_over", "take_over", "reminded"],
+    associated_types: &["Message", "Reply"],
     async_allowed: true,
     mut_self_allowed: true,
     context_allowed: true,
@@ -49,12 +52,19 @@ pub const COMMANDS: Kind = Kind {
         "reminders",
         "on_reminder",
     ],
+    associated_types: &["Command", "Event", "Reply"],
     async_allowed: false,
     mut_self_allowed: false,
     context_allowed: false,
 };
 
 impl Kind {
+    /// The trait, by its full path.
+    pub fn trait_path(&self) -> proc_macro2::TokenStream {
+        let name = quote::format_ident!("{}", self.trait_name);
+        quote::quote!(::shardline::#name)
+    }
+
     /// The trait method the attribute writes: it sends each request to its handler.
     pub fn dispatch(&self) -> &'static str {
         if self.context_allowed {

@@ -8,6 +8,7 @@
 mod expand;
 mod handler;
 mod kind;
+mod self_type;
 
 use proc_macro::TokenStream;
 
@@ -68,9 +69,21 @@ use proc_macro::TokenStream;
 /// # tokio::runtime::Runtime::new().unwrap().block_on(run()).unwrap();
 /// ```
 ///
+/// `#[message(name = "GetStatus")]` names a request whose method's name would not do:
+/// `fn status(&self) -> Status` would define a second `Status`, and two entities of one module
+/// that both have a `get` would both define `Get`. A `#[cfg(…)]` on a method applies to all that
+/// is written for it. `Self` and `Self::Reply` mean in a handler what they mean in the impl.
+///
 /// Misuse is a compile error that says what to change: a handler named like a method of
-/// `Entity`, taking a reference other than the context, generic, or without `&self`; a `type
-/// Message`, `type Reply` or `handle` written by hand beside the attribute; no `#[message]`.
+/// `Entity`, or whose request would shadow a type it uses or another request; one that takes a
+/// reference other than the context, `impl Trait`, attributes on an argument, or no `&self`; a
+/// generic, lifetime-bound or `unsafe` one; a `type Message`, `type Reply` or `handle` written by
+/// hand beside the attribute; no `#[message]` at all.
+///
+/// Moving an entity from its hand-written message type to requests changes its encoding, as
+/// any change of the enum would; within the requests, adding one last keeps the others'
+/// encoding, while reordering them or changing a method's arguments does not (see the README on
+/// rolling updates).
 #[proc_macro_attribute]
 pub fn messages(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::expand(&kind::MESSAGES, attr.into(), item.into()).into()
@@ -110,7 +123,7 @@ pub fn messages(attr: TokenStream, item: TokenStream) -> TokenStream {
 ///
 ///     /// Adds `qty` of `item`; answers how many the cart now has.
 ///     #[command]
-///     fn add(&self, item: String, qty: u32) -> (Vec<CartEvent>, u32) {
+///     fn add(&self, item: String, qty: u32) -> (Vec<Self::Event>, u32) {
 ///         let now = self.items.get(&item).copied().unwrap_or(0) + qty;
 ///         (vec![CartEvent::Added { item, qty }], now)
 ///     }

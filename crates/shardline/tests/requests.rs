@@ -88,7 +88,7 @@ impl EventSourced for Tally {
 
     /// Counts `n` more of `what`; answers the new count.
     #[command]
-    fn count(&self, what: String, n: u64) -> (Vec<Counted>, u64) {
+    fn count(&self, what: String, n: u64) -> (Vec<Self::Event>, u64) {
         let now = self.counts.get(&what).copied().unwrap_or(0) + n;
         (vec![Counted { what, n }], now)
     }

@@ -154,8 +154,9 @@ impl<E: Entity> EntityRef<E> {
         let ask = async |trace| {
             let started = ask_stats::start();
             let r = self.ask_once(msg, timeout, trace).await;
+            let r = r.and_then(|reply| answer::<Q, _, _>(&self.region.type_key, reply));
             ask_stats::finish(started, &r);
-            answer::<Q, _, _>(&self.region.type_key, r?)
+            r
         };
         match self.call_span(true) {
             Some((trace, span)) => ask(Some(Box::new(trace))).instrument(span).await,
