@@ -7,13 +7,15 @@ use serde_json::{json, Value};
 
 use crate::layer::Exported;
 
-/// OTLP's span kinds: the caller of an ask a client, of a tell a producer, the entity handling
-/// a message a server; the rest internal.
-fn kind(name: &str) -> u8 {
-    match name {
-        "ask" => 3,
-        "tell" => 4,
-        "handle" => 2,
+/// OTLP's span kind of an `otel.kind` field's value (the names the OpenTelemetry bridges of
+/// `tracing` read, which Shardline's spans set: the caller of an ask a client, of a tell a
+/// producer, the entity a server for an ask and a consumer for a tell); internal otherwise.
+pub(crate) fn kind(otel_kind: &str) -> u8 {
+    match otel_kind {
+        "server" => 2,
+        "client" => 3,
+        "producer" => 4,
+        "consumer" => 5,
         _ => 1,
     }
 }
@@ -31,7 +33,7 @@ fn span(s: &Exported) -> Value {
         "traceId": s.trace_id,
         "spanId": s.span_id,
         "name": s.name,
-        "kind": kind(s.name),
+        "kind": s.kind,
         "startTimeUnixNano": nanos(s.start),
         "endTimeUnixNano": nanos(s.end),
         "attributes": s.attributes.iter().map(|(k, v)| attribute(k, v)).collect::<Vec<_>>(),
@@ -68,6 +70,7 @@ mod tests {
             span_id: "00f067aa0ba902b7".into(),
             parent_id: Some("1111111111111111".into()),
             name: "handle",
+            kind: kind("server"),
             start: t,
             end: t + std::time::Duration::from_micros(5),
             attributes: vec![("entity", "acct-1".into())],
@@ -82,5 +85,7 @@ mod tests {
         assert_eq!(span["startTimeUnixNano"], "1700000000123456789");
         assert_eq!(span["endTimeUnixNano"], "1700000000123461789");
         assert_eq!(span["attributes"][0]["key"], "entity");
+        let kinds = ["internal", "server", "client", "producer", "consumer", "anything"].map(kind);
+        assert_eq!(kinds, [1, 2, 3, 4, 5, 1], "OTLP's SpanKind numbers");
     }
 }

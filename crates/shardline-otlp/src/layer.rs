@@ -20,6 +20,8 @@ pub(crate) struct Exported {
     pub span_id: String,
     pub parent_id: Option<String>,
     pub name: &'static str,
+    /// Its OTLP kind, from its `otel.kind` field (internal without one).
+    pub kind: u8,
     pub start: SystemTime,
     pub end: SystemTime,
     /// The span's other fields, as text.
@@ -44,6 +46,7 @@ struct Fields {
     trace_id: Option<String>,
     span_id: Option<String>,
     parent_id: Option<String>,
+    kind: Option<u8>,
     rest: Vec<(&'static str, String)>,
 }
 
@@ -58,6 +61,7 @@ impl Visit for Fields {
             "trace_id" if hex(32) => self.trace_id = Some(value.to_string()),
             "span_id" if hex(16) => self.span_id = Some(value.to_string()),
             "parent_id" if hex(16) => self.parent_id = Some(value.to_string()),
+            "otel.kind" => self.kind = Some(crate::json::kind(value)),
             name => match self.rest.iter_mut().find(|(n, _)| *n == name) {
                 Some((_, v)) => *v = value.to_string(),
                 None => self.rest.push((name, value.to_string())),
@@ -113,6 +117,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for OtlpLayer {
             span_id,
             parent_id,
             name: attrs.metadata().name(),
+            kind: fields.kind.unwrap_or(1),
             start: now,
             end: now,
             attributes: fields.rest,
@@ -128,6 +133,9 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for OtlpLayer {
         // A parent named after the span was made (Shardline records it so).
         if let Some(p) = fields.parent_id {
             e.parent_id = Some(p);
+        }
+        if let Some(k) = fields.kind {
+            e.kind = k;
         }
         for (name, value) in fields.rest {
             match e.attributes.iter_mut().find(|(n, _)| *n == name) {

@@ -204,6 +204,27 @@ pub(crate) fn tracing_on() -> bool {
     tracing::enabled!(target: "shardline::trace", tracing::Level::DEBUG)
 }
 
+/// What an entity's `handle` span handles, which its OpenTelemetry kind says (`otel.kind`, the
+/// field the OpenTelemetry bridges of `tracing` read).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Handled {
+    /// An ask, whose caller waits: a server span.
+    Ask,
+    /// A tell or a reminder's firing, which nobody waits on: a consumer span.
+    Delivery,
+}
+
+impl Handled {
+    /// An ask when a reply is owed, a delivery otherwise.
+    pub fn of(replies: bool) -> Handled {
+        if replies {
+            Handled::Ask
+        } else {
+            Handled::Delivery
+        }
+    }
+}
+
 /// Where a span stands in its trace, and what it is about: its fields.
 pub(crate) struct SpanOf<'a> {
     /// The span's own context.
@@ -224,19 +245,20 @@ impl SpanOf<'_> {
             return tracing::Span::none();
         }
         let span = if ask {
-            tracing::debug_span!(target: "shardline::trace", "ask", trace_id = %self.trace.trace_hex(), span_id = %self.trace.span_hex(), parent_id = tracing::field::Empty, node = %self.node, entity_type = %self.entity_type, entity = %self.entity)
+            tracing::debug_span!(target: "shardline::trace", "ask", trace_id = %self.trace.trace_hex(), span_id = %self.trace.span_hex(), parent_id = tracing::field::Empty, node = %self.node, entity_type = %self.entity_type, entity = %self.entity, otel.kind = "client")
         } else {
-            tracing::debug_span!(target: "shardline::trace", "tell", trace_id = %self.trace.trace_hex(), span_id = %self.trace.span_hex(), parent_id = tracing::field::Empty, node = %self.node, entity_type = %self.entity_type, entity = %self.entity)
+            tracing::debug_span!(target: "shardline::trace", "tell", trace_id = %self.trace.trace_hex(), span_id = %self.trace.span_hex(), parent_id = tracing::field::Empty, node = %self.node, entity_type = %self.entity_type, entity = %self.entity, otel.kind = "producer")
         };
         self.parented(span)
     }
 
     /// The span of the entity handling a message (`handle`); none for an unsampled trace.
-    pub fn handle(&self) -> tracing::Span {
+    pub fn handle(&self, what: Handled) -> tracing::Span {
         if !self.trace.sampled() {
             return tracing::Span::none();
         }
-        let span = tracing::debug_span!(target: "shardline::trace", "handle", trace_id = %self.trace.trace_hex(), span_id = %self.trace.span_hex(), parent_id = tracing::field::Empty, node = %self.node, entity_type = %self.entity_type, entity = %self.entity);
+        let kind = if what == Handled::Ask { "server" } else { "consumer" };
+        let span = tracing::debug_span!(target: "shardline::trace", "handle", trace_id = %self.trace.trace_hex(), span_id = %self.trace.span_hex(), parent_id = tracing::field::Empty, node = %self.node, entity_type = %self.entity_type, entity = %self.entity, otel.kind = kind);
         self.parented(span)
     }
 
@@ -248,10 +270,11 @@ impl SpanOf<'_> {
     }
 }
 
-/// Decodes lowercase or uppercase hex of exactly `out.len()` bytes.
+/// Decodes lowercase hex of exactly `out.len()` bytes (W3C's `traceparent` is lowercase: an
+/// uppercase one is not a valid header, and a receiver must not take it).
 fn unhex(s: &str, out: &mut [u8]) -> Option<()> {
     let b = s.as_bytes();
-    if b.len() != out.len() * 2 {
+    if b.len() != out.len() * 2 || b.iter().any(u8::is_ascii_uppercase) {
         return None;
     }
     for (i, o) in out.iter_mut().enumerate() {
@@ -311,7 +334,9 @@ mod tests {
             let of = |trace| SpanOf { trace, parent: None, node: &"n1", entity_type: &"t", entity: &"e" }.call(true);
             assert!(!of(&on).is_none(), "a sampled trace's ask has its span");
             assert!(of(&off).is_none(), "an unsampled one's has none");
-            let handled = |trace| SpanOf { trace, parent: None, node: &"n1", entity_type: &"t", entity: &"e" }.handle();
+            let handled = |trace| {
+                SpanOf { trace, parent: None, node: &"n1", entity_type: &"t", entity: &"e" }.handle(Handled::Ask)
+            };
             assert!(!handled(&on).is_none());
             assert!(handled(&off).is_none());
         });
@@ -323,7 +348,7 @@ mod tests {
         let h = c.traceparent();
         assert_eq!(h.len(), 55, "{h}");
         assert_eq!(TraceContext::from_traceparent(&h), Ok(c));
-        assert_eq!(TraceContext::from_traceparent(&h.to_uppercase()), Ok(c));
+        assert!(TraceContext::from_traceparent(&h.to_uppercase()).is_err(), "W3C ids are lowercase");
         let w3c = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         let parsed = TraceContext::from_traceparent(w3c).unwrap();
         assert_eq!(parsed.traceparent(), w3c);

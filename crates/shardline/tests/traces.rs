@@ -191,6 +191,8 @@ async fn one_trace_runs_from_the_caller_through_entities_on_two_nodes() {
     assert_eq!(last.get("parent_id"), nested.get("span_id"), "{last:?}");
     let ids = [&ask, &handle, &nested, &last].map(|s| s.get("span_id").to_string());
     assert!(ids.iter().all(|i| i.len() == 16) && ids.iter().collect::<std::collections::HashSet<_>>().len() == 4);
+    let kinds = [&ask, &handle, &nested, &last].map(|s| s.get("otel.kind").to_string());
+    assert_eq!(kinds, ["client", "server", "client", "server"], "OpenTelemetry's kinds, as bridges read them");
 
     // A tell, inside a trace the caller brought in (say, from an HTTP request's header).
     let (f2, k2) = (id_on(&front, "g", "b"), id_on(&back, "m", "a"));
@@ -208,4 +210,14 @@ async fn one_trace_runs_from_the_caller_through_entities_on_two_nodes() {
     assert_eq!(handled.get("trace_id"), "4bf92f3577b34da6a3ce929d0e0e4736", "{handled:?}");
     assert_eq!(handled.get("parent_id"), told.get("span_id"), "{handled:?}");
     assert_eq!(handled.get("node").split('#').next(), Some("a"), "{handled:?}");
+    assert_eq!([told.get("otel.kind"), handled.get("otel.kind")], ["producer", "consumer"], "nobody waits on a tell");
+
+    // An unsampled trace (flags 00) goes through both nodes and opens no span on either: the
+    // decision of the node where it started travels with it.
+    let (f3, k3) = (id_on(&front, "u", "b"), id_on(&back, "v", "a"));
+    let unsampled = TraceContext::from_traceparent("00-5bf92f3577b34da6a3ce929d0e0e4736-10f067aa0ba902b7-00").unwrap();
+    assert_eq!(unsampled.scope(front.entity_ref(&f3).ask(Relay::To(k3.clone()))).await.unwrap(), k3);
+    for (entity, name) in [(&f3, "ask"), (&f3, "handle"), (&k3, "ask"), (&k3, "handle")] {
+        assert!(spans(entity, name).is_empty(), "an unsampled trace opened a {name} span of {entity}");
+    }
 }

@@ -16,7 +16,7 @@ use crate::sharding::envelope::{Body, ReplySender};
 use crate::sharding::message::{send_reply, ReplyAddr};
 use crate::sharding::node::Node;
 use crate::sharding::refusal::{refuse, Refusal};
-use crate::trace::{tracing_on, SpanOf, TraceContext};
+use crate::trace::{tracing_on, Handled, SpanOf, TraceContext};
 
 /// Where the reply to the message being handled goes. Held by the task's guard while the handler
 /// runs, so that if it panics the asker hears so only after the entity is forgotten: a retry then
@@ -71,7 +71,7 @@ async fn process<E: Entity>(
     match body {
         Body::Typed { msg, reply, trace } => {
             *in_flight = reply.map(InFlight::Local);
-            let r = match handling(node, ctx, trace.map(|t| *t)) {
+            let r = match handling(node, ctx, trace.map(|t| *t), Handled::of(in_flight.is_some())) {
                 Some((here, span)) => here.scope(state.handle(ctx, msg)).instrument(span).await,
                 None => state.handle(ctx, msg).await,
             };
@@ -85,7 +85,7 @@ async fn process<E: Entity>(
             *in_flight = reply.map(InFlight::Remote);
             let result = match postcard::from_bytes::<E::Message>(&payload) {
                 Ok(msg) => {
-                    let r = match handling(node, ctx, trace.map(|t| *t)) {
+                    let r = match handling(node, ctx, trace.map(|t| *t), Handled::of(in_flight.is_some())) {
                         Some((here, span)) => here.scope(state.handle(ctx, msg)).instrument(span).await,
                         None => state.handle(ctx, msg).await,
                     };
@@ -102,7 +102,7 @@ async fn process<E: Entity>(
         Body::Reminder(delivery) => {
             let name = delivery.reminder.name().to_string();
             // A reminder starts a trace of its own: what the entity asks on is traced from it.
-            let reminded = match handling(node, ctx, None) {
+            let reminded = match handling(node, ctx, None, Handled::Delivery) {
                 Some((here, span)) => here.scope(state.reminded(ctx, delivery.reminder)).instrument(span).await,
                 None => state.reminded(ctx, delivery.reminder).await,
             };
@@ -122,14 +122,19 @@ async fn process<E: Entity>(
 /// The context the entity handles a message in (a child of its caller's; a new trace when the
 /// message came without one: from a node of protocol 3 or 4, or one that does not trace), and
 /// its span; None when this node does not trace.
-fn handling(node: &Node, ctx: &EntityContext, caller: Option<TraceContext>) -> Option<(TraceContext, tracing::Span)> {
+fn handling(
+    node: &Node,
+    ctx: &EntityContext,
+    caller: Option<TraceContext>,
+    what: Handled,
+) -> Option<(TraceContext, tracing::Span)> {
     if !tracing_on() {
         return None;
     }
     let here = caller.map_or_else(TraceContext::root, |c| c.child());
     let of =
         SpanOf { trace: &here, parent: caller.as_ref(), node: node.id(), entity_type: &ctx.type_key, entity: &ctx.id };
-    Some((here, of.handle()))
+    Some((here, of.handle(what)))
 }
 
 /// Cleans up after an entity task that ended abnormally: its handler panicked, or the task was
